@@ -1,0 +1,909 @@
+package turn
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Errors returned by Deliver and Restore. Each is wrapped with detail; match
+// with errors.Is.
+var (
+	// ErrUnknownEffect: the result answers an effect that is not outstanding.
+	ErrUnknownEffect = errors.New("turn: result for an effect that is not outstanding")
+	// ErrUnexpectedResult: the result's type does not answer the outstanding effect.
+	ErrUnexpectedResult = errors.New("turn: result does not match the outstanding effect")
+	// ErrInvalidResult: the result is malformed (missing ids, unknown calls, bad enums).
+	ErrInvalidResult = errors.New("turn: invalid result")
+	// ErrFinished: the turn has ended; nothing more is accepted.
+	ErrFinished = errors.New("turn: turn has finished")
+	// ErrInvalidStart: the Start or Config cannot build a turn.
+	ErrInvalidStart = errors.New("turn: invalid start")
+)
+
+// phase is what the machine waits for.
+type phase uint8
+
+const (
+	phaseSync phase = iota + 1
+	phaseLLM
+	phaseSleep
+	phaseTools
+	phaseCheckpoint
+	phaseAwait
+	phaseDone
+)
+
+var wantResult = [...]string{phaseSync: "ToolsSynced", phaseLLM: "LLMResult", phaseSleep: "SleepDone",
+	phaseTools: "ToolResults", phaseCheckpoint: "CheckpointResult", phaseAwait: "EventResult", phaseDone: "nothing"}
+
+// callState tracks one tool call through its lifecycle.
+type callState struct {
+	Call      ToolCall   `msgpack:"c"`
+	Status    CallStatus `msgpack:"s"`
+	Iteration int        `msgpack:"n"`
+	// Round is the tool round the call last took part in; Exec says whether
+	// it is part of that round's ToolCalls batch (blocked and gate-suspended
+	// calls are not).
+	Round    int         `msgpack:"o"`
+	Exec     bool        `msgpack:"x,omitempty"`
+	Ticket   Ticket      `msgpack:"t"`
+	Decision *Decision   `msgpack:"d,omitempty"`
+	Result   *ToolResult `msgpack:"r,omitempty"`
+}
+
+// queued is a fire-and-forget effect not yet taken by Next.
+type queued struct {
+	Kind     Kind      `msgpack:"k"`
+	Messages []Message `msgpack:"m,omitempty"`
+	Events   []Event   `msgpack:"e,omitempty"`
+}
+
+// state is the machine's whole serializable state. The outstanding effect is
+// rebuilt from it, so a restored machine yields byte-identical requests.
+type state struct {
+	Session string `msgpack:"sid"`
+	Turn    string `msgpack:"tid"`
+
+	Phase    phase          `msgpack:"ph"`
+	Out      EffectID       `msgpack:"out"`
+	OutIter  int            `msgpack:"oit"`
+	Attempt  int            `msgpack:"att"`
+	Request  *ModelRequest  `msgpack:"req,omitempty"`
+	At       CheckpointKind `msgpack:"at,omitempty"`
+	SleepFor time.Duration  `msgpack:"slp,omitempty"`
+	AwaitFor time.Duration  `msgpack:"awt,omitempty"`
+	NextID   EffectID       `msgpack:"nid"`
+
+	Iteration  int         `msgpack:"it"`
+	Round      int         `msgpack:"rnd"`
+	Messages   []Message   `msgpack:"msg"`
+	HistoryLen int         `msgpack:"hl"`
+	Tools      []ToolSpec  `msgpack:"tools"`
+	Calls      []callState `msgpack:"calls"`
+	Decided    []string    `msgpack:"dec"`
+	StartDecs  []Decision  `msgpack:"sdec"`
+	Events     []Event     `msgpack:"ev"`
+	SentMsgs   int         `msgpack:"sm"`
+	SentEvents int         `msgpack:"se"`
+	Queue      []queued    `msgpack:"q"`
+
+	Usage       Usage       `msgpack:"use"`
+	Failures    int         `msgpack:"fail"`
+	Grace       bool        `msgpack:"grace"`
+	Fresh       int         `msgpack:"fresh"`
+	WaitExpired bool        `msgpack:"wexp"`
+	Status      RunStatus   `msgpack:"st"`
+	Term        Termination `msgpack:"term"`
+}
+
+// Machine is one turn's state machine. It is a plain value: no goroutines,
+// clock or IO. See the package documentation for the driver's duties.
+type Machine struct {
+	cfg Config
+	st  state
+	out Effect
+}
+
+// New builds the machine for a fresh turn. The first Next yields SyncTools.
+func New(cfg Config, s Start) (*Machine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidStart, err)
+	}
+	if err := validateStart(s); err != nil {
+		return nil, err
+	}
+	m := &Machine{cfg: cfg.withDefaults()}
+	st := &m.st
+	st.Session, st.Turn = s.Session, s.Turn
+	st.NextID = 1
+	st.Status = StatusRunning
+	st.Messages = slices.Clone(s.History)
+	st.HistoryLen = len(s.History)
+	for _, sc := range s.Suspended {
+		st.Calls = append(st.Calls, callState{Call: sc.Call, Status: CallSuspended, Ticket: sc.Ticket, Iteration: sc.Iteration})
+	}
+	if len(st.Calls) > 0 {
+		st.Status = StatusWaiting
+	}
+	st.StartDecs = slices.Clone(s.Input.Decisions)
+	m.event(EventRunStarted, "", "")
+	m.appendMessages(s.Input.Messages)
+	if act := m.runHook(m.cfg.Hooks.RunStart); act != nil {
+		m.finish(Termination{Reason: BehaviorRequested, Code: act.Code, Detail: act.Detail})
+		return m, nil
+	}
+	m.yield(phaseSync)
+	return m, nil
+}
+
+func validateStart(s Start) error {
+	if s.Session == "" || s.Turn == "" {
+		return fmt.Errorf("%w: session and turn ids are required", ErrInvalidStart)
+	}
+	for i, msg := range s.History {
+		if !msg.Role.valid() {
+			return fmt.Errorf("%w: history message %d has no valid role", ErrInvalidStart, i)
+		}
+	}
+	if err := validateMessages(s.Input.Messages); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidStart, err)
+	}
+	if err := validateDecisions(s.Input.Decisions); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidStart, err)
+	}
+	seen := map[string]bool{}
+	for _, sc := range s.Suspended {
+		if sc.Call.ID == "" || seen[sc.Call.ID] {
+			return fmt.Errorf("%w: suspended call id %q is empty or repeated", ErrInvalidStart, sc.Call.ID)
+		}
+		seen[sc.Call.ID] = true
+	}
+	return nil
+}
+
+// Next returns the next effect for the driver: queued fire-and-forget effects
+// first (each returned once), then the outstanding effect (returned again until
+// it is answered), then Done for ever. The returned value must not be modified.
+func (m *Machine) Next() Effect {
+	if len(m.st.Queue) > 0 {
+		q := m.st.Queue[0]
+		m.st.Queue = m.st.Queue[1:]
+		if q.Kind == KindEmit && len(q.Events) == 1 {
+			return &Emit{Event: q.Events[0]}
+		}
+		return &Progress{Messages: q.Messages, Events: q.Events}
+	}
+	return m.out
+}
+
+// Status is the run's coarse status.
+func (m *Machine) Status() RunStatus { return m.st.Status }
+
+// Termination says why the turn ended; the zero value while it runs.
+func (m *Machine) Termination() Termination { return m.st.Term }
+
+// Messages is the whole conversation so far, history included.
+func (m *Machine) Messages() []Message { return m.st.Messages }
+
+// Events is every event recorded in this turn.
+func (m *Machine) Events() []Event { return m.st.Events }
+
+// Usage is the tokens used in this turn.
+func (m *Machine) Usage() Usage { return m.st.Usage }
+
+// Suspended lists the calls waiting on a decision. A driver checks decisions
+// against it at ingress to refuse those for unknown calls.
+func (m *Machine) Suspended() []SuspendedCall {
+	var out []SuspendedCall
+	for _, c := range m.st.Calls {
+		if c.Status == CallSuspended {
+			out = append(out, SuspendedCall{Call: c.Call, Ticket: c.Ticket, Iteration: c.Iteration})
+		}
+	}
+	return out
+}
+
+// CallStatus returns the status of a known call.
+func (m *Machine) CallStatus(callID string) (CallStatus, bool) {
+	if i := m.findCall(callID); i >= 0 {
+		return m.st.Calls[i].Status, true
+	}
+	return 0, false
+}
+
+// Deliver feeds the answer to the outstanding effect. A result for another
+// id, of the wrong type, or malformed is refused with an error and changes
+// nothing.
+func (m *Machine) Deliver(r Result) error {
+	st := &m.st
+	if st.Phase == phaseDone {
+		return ErrFinished
+	}
+	if r == nil {
+		return fmt.Errorf("%w: nil result", ErrInvalidResult)
+	}
+	if r.Answers() != st.Out {
+		return fmt.Errorf("%w: got id %d, outstanding is %d", ErrUnknownEffect, r.Answers(), st.Out)
+	}
+	wrong := func() error {
+		return fmt.Errorf("%w: effect %d waits for %s, got %T", ErrUnexpectedResult, st.Out, wantResult[st.Phase], r)
+	}
+	switch r := r.(type) {
+	case Cancel:
+		m.cancel(r.Reason)
+	case ToolsSynced:
+		if st.Phase != phaseSync {
+			return wrong()
+		}
+		if err := validateCatalog(r.Tools); err != nil {
+			return err
+		}
+		m.onSynced(r)
+	case LLMResult:
+		if st.Phase != phaseLLM {
+			return wrong()
+		}
+		if (r.Response == nil) == (r.Err == nil) {
+			return fmt.Errorf("%w: LLMResult needs exactly one of Response and Err", ErrInvalidResult)
+		}
+		m.onLLM(r)
+	case SleepDone:
+		if st.Phase != phaseSleep {
+			return wrong()
+		}
+		st.Attempt++
+		m.yield(phaseLLM)
+	case ToolResults:
+		if st.Phase != phaseTools {
+			return wrong()
+		}
+		fresh, err := m.checkToolResults(r)
+		if err != nil {
+			return err
+		}
+		m.onToolResults(fresh)
+	case CheckpointResult:
+		if st.Phase != phaseCheckpoint {
+			return wrong()
+		}
+		if err := validateInjection(r.Messages, r.Decisions); err != nil {
+			return err
+		}
+		if !m.gate(r.Messages, r.Decisions) {
+			m.continueRun(st.At == BeforeFinish)
+		}
+	case EventResult:
+		if st.Phase != phaseAwait {
+			return wrong()
+		}
+		if err := validateInjection(r.Messages, r.Decisions); err != nil {
+			return err
+		}
+		if r.TimedOut {
+			st.WaitExpired = true
+		}
+		if !m.gate(r.Messages, r.Decisions) {
+			m.continueRun(false)
+		}
+	default:
+		return fmt.Errorf("%w: unknown result type %T", ErrUnexpectedResult, r)
+	}
+	return nil
+}
+
+func validateCatalog(tools []ToolSpec) error {
+	seen := make(map[string]bool, len(tools))
+	for _, t := range tools {
+		if t.Name == "" || seen[t.Name] {
+			return fmt.Errorf("%w: tool name %q is empty or repeated", ErrInvalidResult, t.Name)
+		}
+		seen[t.Name] = true
+	}
+	return nil
+}
+
+func validateMessages(msgs []Message) error {
+	for i, msg := range msgs {
+		if msg.Role != RoleUser && msg.Role != RoleSystem {
+			return fmt.Errorf("injected message %d has role %s; only user and system messages can be injected", i, msg.Role)
+		}
+	}
+	return nil
+}
+
+func validateDecisions(ds []Decision) error {
+	for _, d := range ds {
+		if d.ID == "" || d.CallID == "" {
+			return fmt.Errorf("decision needs an id and a call id (got %q, %q)", d.ID, d.CallID)
+		}
+		switch {
+		case d.Action == CancelCall:
+		case d.Action == Resume && d.Mode >= ResumeReplay && d.Mode <= ResumePassToTool:
+		default:
+			return fmt.Errorf("decision %q has an unknown action %d or resume mode %d", d.ID, d.Action, d.Mode)
+		}
+	}
+	return nil
+}
+
+func validateInjection(msgs []Message, ds []Decision) error {
+	if err := validateMessages(msgs); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidResult, err)
+	}
+	if err := validateDecisions(ds); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidResult, err)
+	}
+	return nil
+}
+
+func (m *Machine) onSynced(r ToolsSynced) {
+	st := &m.st
+	st.Tools = slices.Clone(r.Tools)
+	decs := st.StartDecs
+	st.StartDecs = nil
+	if !m.gate(nil, decs) {
+		m.continueRun(false)
+	}
+}
+
+// continueRun decides, at a safe boundary, whether to infer again, wait for
+// decisions, or finish. atFinish is set when the model has just answered
+// without tool calls.
+func (m *Machine) continueRun(atFinish bool) {
+	st := &m.st
+	suspended := m.countSuspended()
+	if st.Status == StatusWaiting {
+		if suspended > 0 {
+			m.park()
+			return
+		}
+		st.Status = StatusRunning
+		m.event(EventRunResumed, "", "")
+		m.nextIteration()
+		return
+	}
+	switch {
+	case suspended > 0 && st.Fresh == 0:
+		st.Status = StatusWaiting
+		m.event(EventRunWaiting, "", fmt.Sprintf("%d call(s) suspended", suspended))
+		m.park()
+	case atFinish && st.Fresh == 0:
+		m.finish(Termination{Reason: NaturalEnd})
+	default:
+		m.nextIteration()
+	}
+}
+
+// park waits for decisions while the run is Waiting: durably for up to
+// DecisionWait, or by ending the turn Suspended.
+func (m *Machine) park() {
+	if m.cfg.DecisionWait > 0 && !m.st.WaitExpired {
+		m.st.AwaitFor = m.cfg.DecisionWait
+		m.yield(phaseAwait)
+		return
+	}
+	m.finish(Termination{Reason: Suspended})
+}
+
+// nextIteration applies the stop rules, then asks for the next inference.
+func (m *Machine) nextIteration() {
+	st := &m.st
+	l := m.cfg.Limits
+	if l.MaxToolFailures > 0 && st.Failures >= l.MaxToolFailures {
+		m.finish(Termination{Reason: Stopped, Code: CodeToolFailures,
+			Detail: fmt.Sprintf("%d tool calls failed in a row (limit %d)", st.Failures, l.MaxToolFailures)})
+		return
+	}
+	if l.TokenBudget > 0 && st.Usage.Total() >= l.TokenBudget {
+		m.finish(Termination{Reason: Stopped, Code: CodeTokenBudget,
+			Detail: fmt.Sprintf("used %d of %d tokens", st.Usage.Total(), l.TokenBudget)})
+		return
+	}
+	if st.Iteration >= l.MaxIterations {
+		st.Grace = true
+		m.event(EventGraceIteration, "", fmt.Sprintf("limit of %d iterations reached", l.MaxIterations))
+		m.appendMessages([]Message{{Role: RoleUser, Text: m.cfg.GracePrompt}})
+	}
+	if act := m.runHook(m.cfg.Hooks.BeforeInference); act != nil {
+		m.finish(Termination{Reason: BehaviorRequested, Code: act.Code, Detail: act.Detail})
+		return
+	}
+	st.Iteration++
+	st.Attempt = 1
+	st.Fresh = 0
+	req := ModelRequest{Model: m.cfg.Model, Sampling: m.cfg.Sampling}
+	req.Messages = make([]Message, 0, len(st.Messages)+1)
+	if m.cfg.System != "" {
+		req.Messages = append(req.Messages, Message{Role: RoleSystem, Text: m.cfg.System})
+	}
+	req.Messages = append(req.Messages, st.Messages...)
+	if !st.Grace {
+		req.Tools = st.Tools
+	}
+	st.Request = &req
+	m.yield(phaseLLM)
+}
+
+func (m *Machine) onLLM(r LLMResult) {
+	st := &m.st
+	if r.Err != nil {
+		if r.Err.Retryable && st.Attempt < m.cfg.Limits.MaxAttempts {
+			m.event(EventLLMRetry, "", fmt.Sprintf("attempt %d: %s", st.Attempt, describeCallError(r.Err)))
+			st.SleepFor = m.cfg.Limits.Backoff(st.Attempt)
+			m.yield(phaseSleep)
+			return
+		}
+		m.finish(Termination{Reason: Error, Code: CodeProviderError,
+			Detail: fmt.Sprintf("after %d attempt(s): %s", st.Attempt, describeCallError(r.Err))})
+		return
+	}
+	resp := *r.Response
+	st.Request = nil
+	st.Usage = st.Usage.Add(resp.Usage)
+	var stop *StopRequest
+	if h := m.cfg.Hooks.AfterInference; h != nil {
+		act := h(m.view(), resp)
+		m.emit(act.Emit)
+		stop = act.Stop
+	}
+	textOnly := Message{Role: RoleAssistant, Text: resp.Text}
+	if err := m.checkToolCalls(resp.ToolCalls); err != nil {
+		m.appendMessages([]Message{textOnly})
+		m.finish(Termination{Reason: Error, Code: CodeInvalidResponse, Detail: err.Error()})
+		return
+	}
+	switch {
+	case stop != nil:
+		m.appendMessages([]Message{textOnly})
+		m.finish(Termination{Reason: BehaviorRequested, Code: stop.Code, Detail: stop.Detail})
+	case st.Grace:
+		m.appendMessages([]Message{textOnly})
+		m.finish(Termination{Reason: Stopped, Code: CodeMaxIterations,
+			Detail: fmt.Sprintf("answered in the grace iteration after %d iterations", m.cfg.Limits.MaxIterations)})
+	case len(resp.ToolCalls) == 0:
+		m.appendMessages([]Message{textOnly})
+		st.At = BeforeFinish
+		m.yield(phaseCheckpoint)
+	default:
+		m.appendMessages([]Message{{Role: RoleAssistant, Text: resp.Text, ToolCalls: slices.Clone(resp.ToolCalls)}})
+		m.startRound(resp.ToolCalls)
+	}
+}
+
+func describeCallError(e *CallError) string {
+	if e.Code == "" {
+		return e.Message
+	}
+	return e.Code + ": " + e.Message
+}
+
+// checkToolCalls refuses tool calls whose ids are empty, repeated, or clash
+// with a call the machine still tracks: decisions address calls by id.
+func (m *Machine) checkToolCalls(calls []ToolCall) error {
+	seen := make(map[string]bool, len(calls))
+	for _, c := range calls {
+		switch {
+		case c.ID == "":
+			return fmt.Errorf("tool call to %q has no id", c.Name)
+		case c.Name == "":
+			return fmt.Errorf("tool call %q names no tool", c.ID)
+		case seen[c.ID]:
+			return fmt.Errorf("tool call id %q is repeated", c.ID)
+		case m.findCall(c.ID) >= 0 && m.st.Calls[m.findCall(c.ID)].Status == CallSuspended:
+			return fmt.Errorf("tool call id %q is already in use by a suspended call", c.ID)
+		}
+		seen[c.ID] = true
+	}
+	return nil
+}
+
+// startRound gates each call and yields the batch of those allowed to run.
+func (m *Machine) startRound(calls []ToolCall) {
+	st := &m.st
+	// Calls finished in earlier rounds are in the conversation; only
+	// suspended ones stay tracked.
+	st.Calls = slices.DeleteFunc(st.Calls, func(c callState) bool { return c.Status.Terminal() })
+	st.Round++
+	v := m.view()
+	for _, call := range calls {
+		c := callState{Call: call, Status: CallNew, Iteration: st.Iteration, Round: st.Round}
+		g := Gate{Verdict: Allow}
+		if !m.inCatalog(call.Name) {
+			g = Gate{Verdict: Block, Reason: fmt.Sprintf("unknown tool %q", call.Name)}
+		} else if h := m.cfg.Hooks.BeforeTool; h != nil {
+			g = h(v, call)
+		}
+		switch g.Verdict {
+		case Block:
+			c.Status = CallFailed
+			c.Result = &ToolResult{CallID: call.ID, Status: ToolError, Output: "blocked: " + g.Reason}
+			m.event(EventToolBlocked, call.ID, g.Reason)
+		case Suspend:
+			c.Status = CallSuspended
+			c.Ticket = g.Ticket
+			m.event(EventToolSuspended, call.ID, g.Ticket.Reason)
+		default:
+			c.Status = CallRunning
+			c.Exec = true
+			m.event(EventToolStarted, call.ID, call.Name)
+		}
+		st.Calls = append(st.Calls, c)
+	}
+	m.runRound()
+}
+
+func (m *Machine) inCatalog(name string) bool {
+	for _, t := range m.st.Tools {
+		if t.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// runRound yields the current round's batch, or closes the round at once
+// when no call of it needs to run.
+func (m *Machine) runRound() {
+	for _, c := range m.st.Calls {
+		if c.Round == m.st.Round && c.Exec {
+			m.yield(phaseTools)
+			return
+		}
+	}
+	m.closeRound()
+}
+
+// checkToolResults validates a delivery against the outstanding batch and
+// returns the results not yet recorded. Nothing is changed.
+func (m *Machine) checkToolResults(r ToolResults) ([]ToolResult, error) {
+	var fresh []ToolResult
+	for _, res := range r.Results {
+		i := m.findCall(res.CallID)
+		if i < 0 || m.st.Calls[i].Round != m.st.Round || !m.st.Calls[i].Exec {
+			return nil, fmt.Errorf("%w: call %q is not in batch %d", ErrInvalidResult, res.CallID, m.st.Out)
+		}
+		if res.Status < ToolOK || res.Status > ToolPending {
+			return nil, fmt.Errorf("%w: call %q has unknown status %d", ErrInvalidResult, res.CallID, res.Status)
+		}
+		prev := m.st.Calls[i].Result
+		if j := slices.IndexFunc(fresh, func(f ToolResult) bool { return f.CallID == res.CallID }); j >= 0 {
+			prev = &fresh[j]
+		}
+		if prev != nil {
+			if *prev != res {
+				return nil, fmt.Errorf("%w: call %q already has a different result", ErrInvalidResult, res.CallID)
+			}
+			continue
+		}
+		fresh = append(fresh, res)
+	}
+	return fresh, nil
+}
+
+func (m *Machine) onToolResults(results []ToolResult) {
+	st := &m.st
+	for _, res := range results {
+		c := &st.Calls[m.findCall(res.CallID)]
+		c.Result = &res
+		switch res.Status {
+		case ToolOK:
+			c.Status = CallSucceeded
+			m.event(EventToolFinished, c.Call.ID, "ok")
+		case ToolError:
+			c.Status = CallFailed
+			m.event(EventToolFinished, c.Call.ID, "error")
+		case ToolPending:
+			c.Status = CallSuspended
+			c.Ticket = Ticket{Reason: res.Output}
+			c.Result = nil
+			m.event(EventToolSuspended, c.Call.ID, res.Output)
+		}
+	}
+	for _, c := range st.Calls {
+		if c.Round == st.Round && c.Exec && c.Status == CallRunning {
+			return
+		}
+	}
+	m.closeRound()
+}
+
+// closeRound answers every call of the round in the conversation, in the
+// order the model asked for them, runs AfterTool, then yields the
+// after-tools checkpoint.
+func (m *Machine) closeRound() {
+	st := &m.st
+	var stop *StopRequest
+	v := m.view()
+	for i := range st.Calls {
+		c := &st.Calls[i]
+		if c.Round != st.Round {
+			continue
+		}
+		c.Exec = false
+		m.answer(c)
+		switch c.Status {
+		case CallFailed:
+			st.Failures++
+		case CallSucceeded:
+			st.Failures = 0
+		}
+		if h := m.cfg.Hooks.AfterTool; h != nil && c.Result != nil {
+			act := h(v, c.Call, *c.Result)
+			m.emit(act.Emit)
+			m.appendMessages(act.Messages)
+			if stop == nil {
+				stop = act.Stop
+			}
+		}
+	}
+	if stop != nil {
+		m.finish(Termination{Reason: BehaviorRequested, Code: stop.Code, Detail: stop.Detail})
+		return
+	}
+	st.At = AfterTools
+	m.yield(phaseCheckpoint)
+}
+
+// answer appends the tool message for a call: its result if it ended, a
+// pending placeholder if it is suspended.
+func (m *Machine) answer(c *callState) {
+	msg := Message{Role: RoleTool, CallID: c.Call.ID, Name: c.Call.Name}
+	switch {
+	case c.Status == CallSuspended:
+		msg.Pending = true
+		msg.Text = "awaiting decision"
+		if c.Ticket.Reason != "" {
+			msg.Text += ": " + c.Ticket.Reason
+		}
+		m.st.Messages = append(m.st.Messages, msg)
+		return
+	case c.Result != nil:
+		msg.Text = c.Result.Output
+		msg.Error = c.Status != CallSucceeded
+	default:
+		msg.Text, msg.Error = "cancelled", true
+	}
+	m.st.Messages = append(m.st.Messages, msg)
+	m.st.Fresh++
+}
+
+// gate applies injected messages and decisions: the resume gate at every
+// safe boundary. It returns true if it yielded a batch to re-run resumed
+// calls.
+func (m *Machine) gate(msgs []Message, decisions []Decision) bool {
+	st := &m.st
+	if len(msgs) > 0 {
+		m.event(EventMessagesInjected, "", fmt.Sprintf("%d message(s)", len(msgs)))
+		m.appendMessages(msgs)
+		st.Fresh += len(msgs)
+	}
+	var rerun bool
+	for _, d := range decisions {
+		if slices.Contains(st.Decided, d.ID) {
+			continue // delivered before: changes nothing
+		}
+		i := m.findCall(d.CallID)
+		if i < 0 || st.Calls[i].Status != CallSuspended {
+			m.event(EventDecisionIgnored, d.CallID, fmt.Sprintf("decision %q: no suspended call %q", d.ID, d.CallID))
+			continue
+		}
+		st.Decided = append(st.Decided, d.ID)
+		c := &st.Calls[i]
+		switch {
+		case d.Action == CancelCall:
+			m.event(EventDecisionApplied, c.Call.ID, "cancel")
+			c.Status = CallCancelled
+			c.Result = &ToolResult{CallID: c.Call.ID, Status: ToolError, Output: "cancelled by decision " + d.ID}
+			m.answer(c)
+		case d.Mode == ResumeUseResult:
+			m.event(EventDecisionApplied, c.Call.ID, "resume "+d.Mode.String())
+			c.Status = CallSucceeded // through Resuming, with nothing to run
+			c.Result = &ToolResult{CallID: c.Call.ID, Status: ToolOK, Output: d.Payload}
+			m.answer(c)
+		default:
+			m.event(EventDecisionApplied, c.Call.ID, "resume "+d.Mode.String())
+			c.Status = CallResuming
+			c.Decision = &d
+			rerun = true
+		}
+	}
+	if !rerun {
+		return false
+	}
+	st.Round++
+	for i := range st.Calls {
+		c := &st.Calls[i]
+		if c.Status == CallResuming {
+			c.Status, c.Round, c.Exec = CallRunning, st.Round, true
+			m.event(EventToolStarted, c.Call.ID, c.Call.Name)
+		}
+	}
+	m.yield(phaseTools)
+	return true
+}
+
+// cancel ends the turn Cancelled: calls of the outstanding batch that have
+// not finished are cancelled and answered, and so is every suspended call.
+func (m *Machine) cancel(reason string) {
+	st := &m.st
+	if st.Phase == phaseTools {
+		for i := range st.Calls {
+			c := &st.Calls[i]
+			if c.Round != st.Round {
+				continue
+			}
+			if c.Status == CallRunning || c.Status == CallSuspended {
+				c.Status, c.Result = CallCancelled, nil
+			}
+			c.Exec = false
+			m.answer(c)
+		}
+	}
+	m.finish(Termination{Reason: Cancelled, Detail: reason})
+}
+
+// finish ends the turn. Calls still suspended are cancelled unless the turn
+// ends Suspended, so only a waiting turn leaves work for the next one.
+func (m *Machine) finish(t Termination) {
+	st := &m.st
+	if t.Reason != Suspended {
+		for i := range st.Calls {
+			c := &st.Calls[i]
+			if c.Status == CallSuspended {
+				c.Status = CallCancelled
+				c.Result = &ToolResult{CallID: c.Call.ID, Status: ToolError, Output: "cancelled: turn ended " + t.Reason.String()}
+				m.answer(c)
+			}
+		}
+		st.Status = StatusDone
+	} else {
+		st.Status = StatusWaiting
+	}
+	st.Term = t
+	st.Request = nil
+	if h := m.cfg.Hooks.RunEnd; h != nil {
+		act := h(m.view(), t)
+		m.emit(act.Emit)
+		m.appendMessages(act.Messages)
+	}
+	m.event(EventRunFinished, "", t.String())
+	m.yield(phaseDone)
+}
+
+// yield makes the effect for phase p outstanding. Every effect that expects
+// an answer takes the next id; the effect itself is built from state alone,
+// as Restore builds it.
+func (m *Machine) yield(p phase) {
+	st := &m.st
+	m.flushProgress()
+	st.Phase = p
+	if p != phaseDone {
+		st.Out = st.NextID
+		st.NextID++
+		st.OutIter = st.Iteration
+	}
+	m.out = m.build()
+}
+
+// build constructs the outstanding effect from state.
+func (m *Machine) build() Effect {
+	st := &m.st
+	head := func(k Kind, h Hash) Head {
+		return Head{ID: st.Out, Key: ReplayKey{Session: st.Session, Turn: st.Turn, Iteration: st.OutIter, Kind: k, Effect: st.Out}, Hash: h}
+	}
+	switch st.Phase {
+	case phaseSync:
+		return &SyncTools{H: head(KindSyncTools, canonicalHash(KindSyncTools, nil))}
+	case phaseLLM:
+		return &LLMCall{H: head(KindLLMCall, canonicalHash(KindLLMCall, st.Request)), Attempt: st.Attempt, Request: *st.Request}
+	case phaseSleep:
+		return &Sleep{H: head(KindSleep, canonicalHash(KindSleep, st.SleepFor)), Duration: st.SleepFor, Reason: "provider retry backoff"}
+	case phaseCheckpoint:
+		return &Checkpoint{H: head(KindCheckpoint, canonicalHash(KindCheckpoint, st.At)), At: st.At}
+	case phaseAwait:
+		return &AwaitEvent{H: head(KindAwaitEvent, canonicalHash(KindAwaitEvent, st.AwaitFor)), Name: "decisions", Timeout: st.AwaitFor}
+	case phaseTools:
+		e := &ToolCalls{}
+		hashes := make([]Hash, 0, 4)
+		for _, c := range st.Calls {
+			if c.Round != st.Round || !c.Exec {
+				continue
+			}
+			h := canonicalHash(KindToolCall, callRequest{Call: c.Call, Decision: c.Decision})
+			key := head(KindToolCall, h).Key
+			key.Call = c.Call.ID
+			e.Calls = append(e.Calls, PendingCall{Call: c.Call, Key: key, Hash: h, Decision: c.Decision})
+			hashes = append(hashes, h)
+		}
+		e.H = head(KindToolCalls, canonicalHash(KindToolCalls, hashes))
+		return e
+	case phaseDone:
+		return &Done{Outcome: m.outcome()}
+	}
+	return nil
+}
+
+// callRequest is what one tool call's hash covers.
+type callRequest struct {
+	Call     ToolCall  `msgpack:"c"`
+	Decision *Decision `msgpack:"d"`
+}
+
+func (m *Machine) outcome() Outcome {
+	st := &m.st
+	return Outcome{
+		Status:      st.Status,
+		Termination: st.Term,
+		Messages:    slices.Clone(st.Messages[st.HistoryLen:]),
+		Suspended:   m.Suspended(),
+		Usage:       st.Usage,
+		Iterations:  st.Iteration,
+	}
+}
+
+// flushProgress queues a Progress with what is new since the last one.
+func (m *Machine) flushProgress() {
+	st := &m.st
+	if len(st.Messages) == st.SentMsgs && len(st.Events) == st.SentEvents {
+		return
+	}
+	st.Queue = append(st.Queue, queued{Kind: KindProgress,
+		Messages: slices.Clone(st.Messages[st.SentMsgs:]),
+		Events:   slices.Clone(st.Events[st.SentEvents:])})
+	st.SentMsgs, st.SentEvents = len(st.Messages), len(st.Events)
+}
+
+func (m *Machine) emit(events []Event) {
+	for _, e := range events {
+		if e.Iteration == 0 {
+			e.Iteration = m.st.Iteration
+		}
+		m.st.Queue = append(m.st.Queue, queued{Kind: KindEmit, Events: []Event{e}})
+	}
+}
+
+func (m *Machine) event(typ, callID, detail string) {
+	m.st.Events = append(m.st.Events, Event{Iteration: m.st.Iteration, Type: typ, CallID: callID, Detail: detail})
+}
+
+func (m *Machine) appendMessages(msgs []Message) {
+	m.st.Messages = append(m.st.Messages, msgs...)
+}
+
+// runHook runs a phase hook, applies its messages and emits, and returns its
+// stop request, if any.
+func (m *Machine) runHook(h func(View) HookAction) *StopRequest {
+	if h == nil {
+		return nil
+	}
+	act := h(m.view())
+	m.emit(act.Emit)
+	m.appendMessages(act.Messages)
+	return act.Stop
+}
+
+func (m *Machine) view() View {
+	st := &m.st
+	return View{Session: st.Session, Turn: st.Turn, Iteration: st.Iteration, Messages: st.Messages, Usage: st.Usage}
+}
+
+func (m *Machine) findCall(id string) int {
+	for i := range m.st.Calls {
+		if m.st.Calls[i].Call.ID == id {
+			return i
+		}
+	}
+	return -1
+}
+
+func (m *Machine) countSuspended() int {
+	n := 0
+	for _, c := range m.st.Calls {
+		if c.Status == CallSuspended {
+			n++
+		}
+	}
+	return n
+}
