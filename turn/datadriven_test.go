@@ -315,15 +315,17 @@ func scriptInjection(t *testing.T, d *datadriven.TestData) ([]Message, []Decisio
 		case "assistant":
 			msgs = append(msgs, Message{Role: RoleAssistant, Text: v})
 		case "decision":
-			f := strings.SplitN(v, " ", 5)
+			f := append(strings.SplitN(v, " ", 5), "", "")
 			dec := Decision{ID: f[0], CallID: f[1]}
 			switch f[2] {
 			case "cancel":
 				dec.Action = CancelCall
 			case "resume":
 				dec.Action = Resume
-				dec.Mode = map[string]ResumeMode{"replay": ResumeReplay, "use-result": ResumeUseResult, "pass-to-tool": ResumePassToTool}[f[3]]
-				if len(f) > 4 {
+				if f[3] != "" {
+					dec.Mode = map[string]ResumeMode{"replay": ResumeReplay, "use-result": ResumeUseResult, "pass-to-tool": ResumePassToTool}[f[3]]
+				}
+				if len(f) > 6 {
 					dec.Payload = f[4]
 				}
 			}

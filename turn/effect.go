@@ -255,6 +255,7 @@ const (
 	EventToolFinished     = "tool.finished"
 	EventToolSuspended    = "tool.suspended"
 	EventToolBlocked      = "tool.blocked"
+	EventToolCancelled    = "tool.cancelled"
 	EventDecisionApplied  = "decision.applied"
 	EventDecisionIgnored  = "decision.ignored"
 	EventMessagesInjected = "messages.injected"

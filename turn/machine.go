@@ -121,6 +121,7 @@ func New(cfg Config, s Start) (*Machine, error) {
 	st.Status = StatusRunning
 	st.Messages = slices.Clone(s.History)
 	st.HistoryLen = len(s.History)
+	st.SentMsgs = st.HistoryLen
 	for _, sc := range s.Suspended {
 		st.Calls = append(st.Calls, callState{Call: sc.Call, Status: CallSuspended, Ticket: sc.Ticket, Iteration: sc.Iteration})
 	}
@@ -736,6 +737,7 @@ func (m *Machine) cancel(reason string) {
 			}
 			if c.Status == CallRunning || c.Status == CallSuspended {
 				c.Status, c.Result = CallCancelled, nil
+				m.event(EventToolCancelled, c.Call.ID, reason)
 			}
 			c.Exec = false
 			m.answer(c)
@@ -754,6 +756,7 @@ func (m *Machine) finish(t Termination) {
 			if c.Status == CallSuspended {
 				c.Status = CallCancelled
 				c.Result = &ToolResult{CallID: c.Call.ID, Status: ToolError, Output: "cancelled: turn ended " + t.Reason.String()}
+				m.event(EventToolCancelled, c.Call.ID, "turn ended "+t.Reason.String())
 				m.answer(c)
 			}
 		}
