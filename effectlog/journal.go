@@ -1,0 +1,205 @@
+package effectlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lash-run/lash/streams"
+	"github.com/lash-run/lash/turn"
+)
+
+// Errors.
+var (
+	// ErrNondeterminism: a recorded effect's request hash differs from the
+	// current one. The turn took another path than when it was recorded; it
+	// must stop, never run the effect again. Its text carries the stable
+	// code "lash:nondeterminism".
+	ErrNondeterminism = errors.New("lash:nondeterminism: recorded effect does not match the current request")
+	// ErrNotRecorded: no outcome is recorded for the key.
+	ErrNotRecorded = errors.New("effectlog: not recorded")
+	// ErrMalformed: a journal message is not a record this version reads.
+	ErrMalformed = errors.New("effectlog: malformed record")
+	// ErrInvalid: the key cannot be journaled (missing ids).
+	ErrInvalid = errors.New("effectlog: invalid key")
+)
+
+// NondeterminismError carries the key and both hashes.
+type NondeterminismError struct {
+	Key      turn.ReplayKey
+	Recorded turn.Hash
+	Current  turn.Hash
+}
+
+func (e *NondeterminismError) Error() string {
+	return fmt.Sprintf("lash:nondeterminism: effect %s was recorded with request hash %s, the turn now asks with %s",
+		e.Key, e.Recorded, e.Current)
+}
+
+func (e *NondeterminismError) Unwrap() error { return ErrNondeterminism }
+
+// Store is what the journal needs from the stream layer.
+type Store interface {
+	Append(ctx context.Context, p streams.Publication, expect uint64) (uint64, bool, error)
+	Publish(ctx context.Context, p streams.Publication) (uint64, bool, error)
+	NextOnSubject(ctx context.Context, subject string, seq uint64) (*streams.Msg, error)
+	Read(ctx context.Context, filter string, from uint64, fn func(*streams.Msg) error) error
+	Purge(ctx context.Context, filter string) error
+	Subjects() streams.Subjects
+}
+
+// Journal records and replays effect outcomes.
+type Journal struct {
+	s        Store
+	recorder string
+	now      func() time.Time
+}
+
+// Option configures a Journal.
+type Option func(*Journal)
+
+// WithRecorder names the node or process that records, for operators.
+func WithRecorder(name string) Option { return func(j *Journal) { j.recorder = name } }
+
+// New returns a journal over s.
+func New(s Store, opts ...Option) *Journal {
+	j := &Journal{s: s, now: time.Now}
+	for _, o := range opts {
+		o(j)
+	}
+	return j
+}
+
+func (j *Journal) subjects(key turn.ReplayKey) (record, intent string, err error) {
+	if key.Effect == 0 {
+		return "", "", fmt.Errorf("%w: effect id 0 in %s", ErrInvalid, key)
+	}
+	sub := j.s.Subjects()
+	if record, err = sub.EffectRecord(key.Session, key.Turn, uint64(key.Effect), key.Call); err != nil {
+		return "", "", fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	intent, err = sub.EffectIntent(key.Session, key.Turn, uint64(key.Effect), key.Call)
+	return record, intent, err
+}
+
+// Record journals the outcome of the effect at key, if no outcome is
+// recorded yet: the first writer wins, forever. It returns the record that
+// stands, with won false when another writer's came first. If the standing
+// record was made for another request hash, it returns a
+// *NondeterminismError instead.
+func (j *Journal) Record(ctx context.Context, key turn.ReplayKey, hash turn.Hash, out Outcome) (rec *Record, won bool, err error) {
+	subj, _, err := j.subjects(key)
+	if err != nil {
+		return nil, false, err
+	}
+	at := j.now()
+	data, err := encode(key, hash, out, j.recorder, at)
+	if err != nil {
+		return nil, false, err
+	}
+	// The id dedupes this recorder's own retries only; other recorders
+	// race through the compare-and-set and read the winner.
+	msgID := "fx:" + j.recorder + ":" + subj
+	seq, dup, err := j.s.Append(ctx, streams.Publication{Subject: subj, Data: data, MsgID: msgID}, 0)
+	if err == nil && !dup {
+		return &Record{Key: key, Hash: hash, Outcome: out, Seq: seq, Recorder: j.recorder, At: at}, true, nil
+	}
+	if err != nil && !errors.Is(err, streams.ErrConflict) {
+		return nil, false, err
+	}
+	// Someone recorded first (or this write landed before a lost ack):
+	// the first message on the subject is the record.
+	rec, err = j.first(ctx, subj, key, hash)
+	if err != nil {
+		return nil, false, err
+	}
+	return rec, dup, nil
+}
+
+// Lookup returns the recorded outcome for key, ErrNotRecorded, or a
+// *NondeterminismError when the record was made for another request.
+func (j *Journal) Lookup(ctx context.Context, key turn.ReplayKey, hash turn.Hash) (*Record, error) {
+	subj, _, err := j.subjects(key)
+	if err != nil {
+		return nil, err
+	}
+	return j.first(ctx, subj, key, hash)
+}
+
+func (j *Journal) first(ctx context.Context, subj string, key turn.ReplayKey, hash turn.Hash) (*Record, error) {
+	m, err := j.s.NextOnSubject(ctx, subj, 1)
+	if errors.Is(err, streams.ErrNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrNotRecorded, key)
+	}
+	if err != nil {
+		return nil, err
+	}
+	rec, err := decode(m.Data, m.Seq)
+	if err != nil {
+		return nil, err
+	}
+	if rec.Hash != hash {
+		return nil, &NondeterminismError{Key: key, Recorded: rec.Hash, Current: hash}
+	}
+	return rec, nil
+}
+
+// Load returns every record of one turn, in the order they were recorded.
+func (j *Journal) Load(ctx context.Context, session, turnID string) ([]*Record, error) {
+	filter, err := j.s.Subjects().TurnRecords(session, turnID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	var out []*Record
+	err = j.s.Read(ctx, filter, 0, func(m *streams.Msg) error {
+		rec, err := decode(m.Data, m.Seq)
+		if err != nil {
+			return err
+		}
+		out = append(out, rec)
+		return nil
+	})
+	return out, err
+}
+
+// Started notes that an attempt of the effect at key is about to run. A
+// re-executor that finds an intent without a record knows an earlier
+// attempt may have run: the effect is "in doubt".
+func (j *Journal) Started(ctx context.Context, key turn.ReplayKey, attempt int) error {
+	_, subj, err := j.subjects(key)
+	if err != nil {
+		return err
+	}
+	_, _, err = j.s.Publish(ctx, streams.Publication{Subject: subj, Data: []byte(j.recorder),
+		MsgID: fmt.Sprintf("intent:%d:%s", attempt, subj)})
+	return err
+}
+
+// InDoubt reports whether an attempt was started for key without an outcome
+// being recorded.
+func (j *Journal) InDoubt(ctx context.Context, key turn.ReplayKey) (bool, error) {
+	rsubj, isubj, err := j.subjects(key)
+	if err != nil {
+		return false, err
+	}
+	if _, err := j.s.NextOnSubject(ctx, rsubj, 1); err == nil {
+		return false, nil
+	} else if !errors.Is(err, streams.ErrNotFound) {
+		return false, err
+	}
+	_, err = j.s.NextOnSubject(ctx, isubj, 1)
+	if errors.Is(err, streams.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Purge deletes the journal of a committed turn.
+func (j *Journal) Purge(ctx context.Context, session, turnID string) error {
+	filter, err := j.s.Subjects().TurnEffects(session, turnID)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return j.s.Purge(ctx, filter)
+}

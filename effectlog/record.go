@@ -1,0 +1,69 @@
+package effectlog
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/lash-run/lash/turn"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Outcome is what an effect produced: the encoded result, or a failure.
+// A failure is a fact like any other: it replays as the same failure.
+type Outcome struct {
+	Data   []byte `msgpack:"d,omitempty"`
+	Failed bool   `msgpack:"f,omitempty"`
+	Error  string `msgpack:"e,omitempty"`
+}
+
+// Record is one journaled outcome.
+type Record struct {
+	Key     turn.ReplayKey
+	Hash    turn.Hash
+	Outcome Outcome
+	// Seq is the record's stream sequence.
+	Seq uint64
+	// Recorder names who recorded it; At is when, by its clock.
+	Recorder string
+	At       time.Time
+}
+
+// wire is the stored form of a record; the key is in the subject and in
+// the message too, so a record read alone is self-describing.
+type wire struct {
+	Session   string    `msgpack:"s"`
+	Turn      string    `msgpack:"t"`
+	Iteration int       `msgpack:"n"`
+	Kind      turn.Kind `msgpack:"k"`
+	Effect    uint64    `msgpack:"e"`
+	Call      string    `msgpack:"c,omitempty"`
+	Hash      []byte    `msgpack:"h"`
+	Outcome   Outcome   `msgpack:"o"`
+	Recorder  string    `msgpack:"r,omitempty"`
+	At        int64     `msgpack:"a,omitempty"`
+}
+
+func encode(key turn.ReplayKey, hash turn.Hash, out Outcome, recorder string, at time.Time) ([]byte, error) {
+	return msgpack.Marshal(&wire{Session: key.Session, Turn: key.Turn, Iteration: key.Iteration, Kind: key.Kind,
+		Effect: uint64(key.Effect), Call: key.Call, Hash: hash[:], Outcome: out, Recorder: recorder, At: at.UnixNano()})
+}
+
+func decode(b []byte, seq uint64) (*Record, error) {
+	var w wire
+	if err := msgpack.Unmarshal(b, &w); err != nil {
+		return nil, fmt.Errorf("%w: record %d: %v", ErrMalformed, seq, err)
+	}
+	if len(w.Hash) != len(turn.Hash{}) || w.Session == "" || w.Turn == "" || w.Effect == 0 {
+		return nil, fmt.Errorf("%w: record %d lacks its key or hash", ErrMalformed, seq)
+	}
+	r := &Record{
+		Key: turn.ReplayKey{Session: w.Session, Turn: w.Turn, Iteration: w.Iteration, Kind: w.Kind,
+			Effect: turn.EffectID(w.Effect), Call: w.Call},
+		Outcome: w.Outcome, Seq: seq, Recorder: w.Recorder,
+	}
+	copy(r.Hash[:], w.Hash)
+	if w.At != 0 {
+		r.At = time.Unix(0, w.At)
+	}
+	return r, nil
+}

@@ -1,0 +1,237 @@
+package leases
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lash-run/lash/streams"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Errors.
+var (
+	// ErrBusy: a live holder has the lease. The *BusyError names it.
+	ErrBusy = errors.New("leases: busy")
+	// ErrLost: the lease is no longer the caller's (expired, released, or
+	// taken by a successor). Stop mutating work at once.
+	ErrLost = errors.New("leases: lost")
+	// ErrInvalid: a key or TTL that cannot be used.
+	ErrInvalid = errors.New("leases: invalid argument")
+)
+
+// BusyError names the live holder.
+type BusyError struct {
+	Key    string
+	Holder Owner
+	Token  uint64
+}
+
+func (e *BusyError) Error() string {
+	return fmt.Sprintf("leases: %s is held by %s (token %d)", e.Key, e.Holder, e.Token)
+}
+
+func (e *BusyError) Unwrap() error { return ErrBusy }
+
+// Store is what leases need from the stream layer.
+type Store interface {
+	KVCreate(ctx context.Context, key string, value []byte, ttl time.Duration) (uint64, error)
+	KVSwap(ctx context.Context, key string, value []byte, rev uint64, ttl time.Duration) (uint64, error)
+	KVDelete(ctx context.Context, key string, rev uint64) error
+	KVGet(ctx context.Context, key string) (*streams.KVEntry, error)
+	KVList(ctx context.Context, prefix string) ([]streams.KVEntry, error)
+}
+
+// Lease is a held lease. Token is the fencing token: it never changes while
+// the lease is held and a later holder always gets a larger one. Revision
+// moves with every renewal. ExpiresAt is measured on this process's
+// monotonic clock, ahead of the server's TTL by a safety margin.
+type Lease struct {
+	Key       string
+	Token     uint64
+	Revision  uint64
+	Owner     Owner
+	TTL       time.Duration
+	ExpiresAt time.Time
+}
+
+// Valid reports whether the holder may still trust the lease at now.
+func (l *Lease) Valid(now time.Time) bool { return now.Before(l.ExpiresAt) }
+
+// value is what a lease key holds. Token is 0 in the message written by a
+// claim, whose own revision is the token; renewals carry it forward.
+type value struct {
+	Owner Owner  `msgpack:"o"`
+	Token uint64 `msgpack:"t,omitempty"`
+}
+
+func (v value) token(rev uint64) uint64 {
+	if v.Token != 0 {
+		return v.Token
+	}
+	return rev
+}
+
+// Manager claims, renews and releases leases for one owner.
+type Manager struct {
+	s      Store
+	owner  Owner
+	margin func(ttl time.Duration) time.Duration
+	now    func() time.Time
+}
+
+// Option configures a Manager.
+type Option func(*Manager)
+
+// WithMargin sets how long before the TTL a holder stops trusting its
+// lease. Default: a fifth of the TTL, at least 100ms.
+func WithMargin(f func(ttl time.Duration) time.Duration) Option { return func(m *Manager) { m.margin = f } }
+
+// New returns a manager that claims as owner.
+func New(s Store, owner Owner, opts ...Option) *Manager {
+	m := &Manager{s: s, owner: owner, now: time.Now, margin: func(ttl time.Duration) time.Duration {
+		return max(ttl/5, 100*time.Millisecond)
+	}}
+	for _, o := range opts {
+		o(m)
+	}
+	return m
+}
+
+// Owner is the manager's owner.
+func (m *Manager) Owner() Owner { return m.owner }
+
+// Key names the lease of a session or process with an id of any form.
+func Key(kind, id string) (string, error) {
+	tok, err := streams.Token(id)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return kind + "." + tok, nil
+}
+
+func checkTTL(ttl time.Duration) error {
+	if ttl < time.Second || ttl%time.Second != 0 {
+		return fmt.Errorf("%w: TTL %s must be whole seconds, at least one", ErrInvalid, ttl)
+	}
+	return nil
+}
+
+// Claim takes the lease at key for ttl. A live lease of the same owner and
+// incarnation is renewed and returned with its token. A holder proven dead
+// is replaced at once with a new, larger token. Any other live holder is a
+// *BusyError: wait for its TTL and claim again.
+func (m *Manager) Claim(ctx context.Context, key string, ttl time.Duration) (*Lease, error) {
+	if err := checkTTL(ttl); err != nil {
+		return nil, err
+	}
+	mine, err := msgpack.Marshal(&value{Owner: m.owner})
+	if err != nil {
+		return nil, err
+	}
+	for range 5 {
+		start := m.now()
+		rev, err := m.s.KVCreate(ctx, key, mine, ttl)
+		if err == nil {
+			return m.lease(key, rev, rev, ttl, start), nil
+		}
+		if !errors.Is(err, streams.ErrConflict) {
+			return nil, err
+		}
+		e, err := m.s.KVGet(ctx, key)
+		if errors.Is(err, streams.ErrNotFound) {
+			continue // expired or released since: create again
+		}
+		if err != nil {
+			return nil, err
+		}
+		var held value
+		if err := msgpack.Unmarshal(e.Value, &held); err != nil {
+			return nil, fmt.Errorf("leases: %s holds an unreadable value: %w", key, err)
+		}
+		token := held.token(e.Revision)
+		switch {
+		case held.Owner.same(m.owner):
+			l := m.lease(key, token, e.Revision, ttl, start)
+			if err := m.Renew(ctx, l); errors.Is(err, ErrLost) {
+				continue
+			} else if err != nil {
+				return nil, err
+			}
+			return l, nil
+		case m.dead(ctx, held.Owner):
+			rev, err := m.s.KVSwap(ctx, key, mine, e.Revision, ttl)
+			if errors.Is(err, streams.ErrConflict) {
+				continue // someone else moved first; look again
+			}
+			if err != nil {
+				return nil, err
+			}
+			return m.lease(key, rev, rev, ttl, start), nil
+		default:
+			return nil, &BusyError{Key: key, Holder: held.Owner, Token: token}
+		}
+	}
+	return nil, fmt.Errorf("leases: %s: claim kept racing with other claimants", key)
+}
+
+func (m *Manager) lease(key string, token, rev uint64, ttl time.Duration, start time.Time) *Lease {
+	return &Lease{Key: key, Token: token, Revision: rev, Owner: m.owner, TTL: ttl, ExpiresAt: start.Add(ttl - m.margin(ttl))}
+}
+
+// Renew extends l by its TTL if it is still the standing value of its key;
+// otherwise ErrLost. The expiry is measured from before the request left.
+func (m *Manager) Renew(ctx context.Context, l *Lease) error {
+	data, err := msgpack.Marshal(&value{Owner: l.Owner, Token: l.Token})
+	if err != nil {
+		return err
+	}
+	start := m.now()
+	rev, err := m.s.KVSwap(ctx, l.Key, data, l.Revision, l.TTL)
+	if errors.Is(err, streams.ErrConflict) {
+		return fmt.Errorf("%w: %s (token %d) was replaced or expired", ErrLost, l.Key, l.Token)
+	}
+	if err != nil {
+		return err
+	}
+	l.Revision = rev
+	l.ExpiresAt = start.Add(l.TTL - m.margin(l.TTL))
+	return nil
+}
+
+// Release gives l up. It removes the key only if l is still its standing
+// value, so a successor's lease is never cleared; otherwise ErrLost.
+func (m *Manager) Release(ctx context.Context, l *Lease) error {
+	err := m.s.KVDelete(ctx, l.Key, l.Revision)
+	if errors.Is(err, streams.ErrConflict) {
+		return fmt.Errorf("%w: %s (token %d) was replaced or expired", ErrLost, l.Key, l.Token)
+	}
+	return err
+}
+
+// Holder is a lease as any observer reads it.
+type Holder struct {
+	Key      string
+	Owner    Owner
+	Token    uint64
+	Revision uint64
+	Renewed  time.Time // server time of the last claim or renewal
+}
+
+// List returns the live leases whose keys start with prefix.
+func (m *Manager) List(ctx context.Context, prefix string) ([]Holder, error) {
+	entries, err := m.s.KVList(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Holder, 0, len(entries))
+	for _, e := range entries {
+		var v value
+		if err := msgpack.Unmarshal(e.Value, &v); err != nil {
+			return nil, fmt.Errorf("leases: %s holds an unreadable value: %w", e.Key, err)
+		}
+		out = append(out, Holder{Key: e.Key, Owner: v.Owner, Token: v.token(e.Revision), Revision: e.Revision, Renewed: e.Created})
+	}
+	return out, nil
+}

@@ -1,0 +1,81 @@
+package leases
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/lash-run/lash/streams"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// nodeKind prefixes node liveness keys in the lease bucket.
+const nodeKind = "node"
+
+// Beat writes or refreshes this owner's node liveness key with ttl. A node
+// beats well within its TTL (a third of it, say) for as long as it runs; a
+// node whose key is gone, or names another incarnation, is dead, and its
+// leases may be reclaimed at once.
+func (m *Manager) Beat(ctx context.Context, ttl time.Duration) error {
+	if err := checkTTL(ttl); err != nil {
+		return err
+	}
+	key, err := Key(nodeKind, m.owner.ID)
+	if err != nil {
+		return err
+	}
+	data, err := msgpack.Marshal(&value{Owner: m.owner})
+	if err != nil {
+		return err
+	}
+	for range 3 {
+		e, err := m.s.KVGet(ctx, key)
+		switch {
+		case errors.Is(err, streams.ErrNotFound):
+			_, err = m.s.KVCreate(ctx, key, data, ttl)
+		case err == nil:
+			_, err = m.s.KVSwap(ctx, key, data, e.Revision, ttl)
+		}
+		if !errors.Is(err, streams.ErrConflict) {
+			return err
+		}
+	}
+	return errors.New("leases: node liveness kept racing")
+}
+
+// Alive reports whether owner's node has a liveness key for its
+// incarnation.
+func (m *Manager) Alive(ctx context.Context, owner Owner) (bool, error) {
+	key, err := Key(nodeKind, owner.ID)
+	if err != nil {
+		return false, err
+	}
+	e, err := m.s.KVGet(ctx, key)
+	if errors.Is(err, streams.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	var v value
+	if err := msgpack.Unmarshal(e.Value, &v); err != nil {
+		return false, nil
+	}
+	return v.Owner.Incarnation == owner.Incarnation, nil
+}
+
+// Nodes lists the nodes whose liveness keys are live.
+func (m *Manager) Nodes(ctx context.Context) ([]Holder, error) { return m.List(ctx, nodeKind+".") }
+
+// dead reports whether there is evidence that holder's process is gone:
+// its node's liveness key is gone or names another incarnation, or it ran
+// on this machine in this boot and its PID no longer exists. Without
+// evidence the holder is presumed alive until its TTL.
+func (m *Manager) dead(ctx context.Context, holder Owner) bool {
+	if holder.Host != "" && holder.Host == m.owner.Host && holder.Boot != "" && holder.Boot == m.owner.Boot &&
+		processGone(holder.PID) {
+		return true
+	}
+	alive, err := m.Alive(ctx, holder)
+	return err == nil && !alive
+}

@@ -1,0 +1,73 @@
+package sessionlog
+
+import (
+	"crypto/sha256"
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Kind is the type of a session log entry.
+type Kind uint8
+
+const (
+	// KindFence marks the start of a new holder's writes; entries before
+	// it were written by older holders.
+	KindFence Kind = iota + 1
+	// KindCommit is a finished turn.
+	KindCommit
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindFence:
+		return "fence"
+	case KindCommit:
+		return "commit"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Entry is one message of a session's event log. Every entry carries the
+// fencing token of the lease holder that wrote it.
+type Entry struct {
+	Kind  Kind   `msgpack:"k"`
+	Token uint64 `msgpack:"t"`
+	// Owner names the holder, for operators.
+	Owner string `msgpack:"o,omitempty"`
+	// Turn, Hash and Body are set on commits. Hash is the sha256 of Body.
+	Turn string   `msgpack:"u,omitempty"`
+	Hash [32]byte `msgpack:"h,omitempty"`
+	Body []byte   `msgpack:"b,omitempty"`
+}
+
+// Stamp is a commit's identity: the turn and the hash of its content.
+type Stamp struct {
+	Turn string
+	Hash [32]byte
+}
+
+// Stamp returns the commit stamp of a commit entry.
+func (e *Entry) Stamp() Stamp { return Stamp{Turn: e.Turn, Hash: e.Hash} }
+
+// ContentHash is the hash a commit's body is stamped with.
+func ContentHash(body []byte) [32]byte { return sha256.Sum256(body) }
+
+func encodeEntry(e *Entry) ([]byte, error) { return msgpack.Marshal(e) }
+
+// decodeEntry reads an entry and checks it is one this version writes.
+func decodeEntry(b []byte) (*Entry, error) {
+	var e Entry
+	if err := msgpack.Unmarshal(b, &e); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	switch {
+	case e.Kind != KindFence && e.Kind != KindCommit:
+		return nil, fmt.Errorf("%w: unknown kind %d", ErrMalformed, e.Kind)
+	case e.Token == 0:
+		return nil, fmt.Errorf("%w: %s without a fencing token", ErrMalformed, e.Kind)
+	case e.Kind == KindCommit && (e.Turn == "" || e.Hash != ContentHash(e.Body)):
+		return nil, fmt.Errorf("%w: commit without a turn or with a body that does not match its hash", ErrMalformed)
+	}
+	return &e, nil
+}

@@ -1,0 +1,41 @@
+package sessionlog
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/lash-run/lash/streams"
+)
+
+// Input is one message on a session's input subject.
+type Input struct {
+	Seq   uint64
+	MsgID string
+	Data  []byte
+}
+
+// AppendInput appends input for a session. msgID is the client's
+// idempotency key: a retry within the dedupe window returns the original
+// revision with duplicate set. Anyone may append; no lease is needed.
+func (l *Log) AppendInput(ctx context.Context, session, msgID string, data []byte) (seq uint64, duplicate bool, err error) {
+	if msgID == "" {
+		return 0, false, fmt.Errorf("%w: an input needs an idempotency key", ErrInvalid)
+	}
+	subj, err := l.s.Subjects().SessionInputs(session)
+	if err != nil {
+		return 0, false, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return l.s.Publish(ctx, streams.Publication{Subject: subj, Data: data, MsgID: msgID})
+}
+
+// InputsAfter calls fn for each input with revision above cursor, in order,
+// up to the last input stored when it started.
+func (l *Log) InputsAfter(ctx context.Context, session string, cursor uint64, fn func(Input) error) error {
+	subj, err := l.s.Subjects().SessionInputs(session)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return l.s.Read(ctx, subj, cursor+1, func(m *streams.Msg) error {
+		return fn(Input{Seq: m.Seq, MsgID: m.MsgID(), Data: m.Data})
+	})
+}

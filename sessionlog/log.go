@@ -1,0 +1,238 @@
+package sessionlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/lash-run/lash/streams"
+)
+
+// Errors. Conflicts from the stream (a lost compare-and-set) are
+// streams.ErrConflict.
+var (
+	// ErrFenced: a holder with an equal or newer fencing token has written
+	// to the log; the caller's lease is gone.
+	ErrFenced = errors.New("sessionlog: fenced out by a newer lease holder")
+	// ErrCommitConflict: the turn was already committed with other content.
+	ErrCommitConflict = errors.New("sessionlog: turn already committed with different content")
+	// ErrMalformed: a log message is not an entry this version can read.
+	ErrMalformed = errors.New("sessionlog: malformed entry")
+	// ErrInvalid: the caller's arguments cannot be written.
+	ErrInvalid = errors.New("sessionlog: invalid argument")
+)
+
+// FencedError says who fenced the caller out.
+type FencedError struct {
+	Session string
+	Token   uint64 // the caller's token
+	Holder  uint64 // the token found on the log
+	Seq     uint64 // where it was found
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("sessionlog: session %s: token %d is fenced out by token %d at revision %d", e.Session, e.Token, e.Holder, e.Seq)
+}
+
+func (e *FencedError) Unwrap() error { return ErrFenced }
+
+// CommitConflictError carries both stamps.
+type CommitConflictError struct {
+	Session string
+	Seq     uint64
+	Have    Stamp
+	Want    Stamp
+}
+
+func (e *CommitConflictError) Error() string {
+	return fmt.Sprintf("sessionlog: session %s: turn %s was committed at revision %d with hash %x, not %x",
+		e.Session, e.Have.Turn, e.Seq, e.Have.Hash[:8], e.Want.Hash[:8])
+}
+
+func (e *CommitConflictError) Unwrap() error { return ErrCommitConflict }
+
+// Store is what the log needs from the stream layer.
+type Store interface {
+	Append(ctx context.Context, p streams.Publication, expect uint64) (uint64, bool, error)
+	Publish(ctx context.Context, p streams.Publication) (uint64, bool, error)
+	Head(ctx context.Context, subject string) (*streams.Msg, error)
+	NextOnSubject(ctx context.Context, subject string, seq uint64) (*streams.Msg, error)
+	Read(ctx context.Context, filter string, from uint64, fn func(*streams.Msg) error) error
+	Subjects() streams.Subjects
+}
+
+// Log reads and writes session logs.
+type Log struct{ s Store }
+
+// New returns a Log over s.
+func New(s Store) *Log { return &Log{s: s} }
+
+// Head is the last entry of a session log. Seq is 0 and Entry nil for an
+// empty log.
+type Head struct {
+	Seq   uint64
+	Entry *Entry
+}
+
+// Head reads the session's head: its revision and last entry.
+func (l *Log) Head(ctx context.Context, session string) (Head, error) {
+	subj, err := l.s.Subjects().SessionEvents(session)
+	if err != nil {
+		return Head{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	m, err := l.s.Head(ctx, subj)
+	if errors.Is(err, streams.ErrNotFound) {
+		return Head{}, nil
+	}
+	if err != nil {
+		return Head{}, err
+	}
+	e, err := decodeEntry(m.Data)
+	if err != nil {
+		return Head{}, fmt.Errorf("session %s revision %d: %w", session, m.Seq, err)
+	}
+	return Head{Seq: m.Seq, Entry: e}, nil
+}
+
+// Fence appends a fence marker for the holder of token, on the head it
+// reads. It fails with a *FencedError if the head was written under an
+// equal or newer token, and with streams.ErrConflict if another write lands
+// between the read and the append (read the head and try again). The
+// returned revision is the head the holder's next commit expects.
+func (l *Log) Fence(ctx context.Context, session string, token uint64, owner string) (uint64, error) {
+	if token == 0 {
+		return 0, fmt.Errorf("%w: fencing token 0", ErrInvalid)
+	}
+	subj, err := l.s.Subjects().SessionEvents(session)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	head, err := l.Head(ctx, session)
+	if err != nil {
+		return 0, err
+	}
+	if head.Entry != nil && head.Entry.Token >= token {
+		return 0, &FencedError{Session: session, Token: token, Holder: head.Entry.Token, Seq: head.Seq}
+	}
+	data, err := encodeEntry(&Entry{Kind: KindFence, Token: token, Owner: owner})
+	if err != nil {
+		return 0, err
+	}
+	seq, _, err := l.s.Append(ctx, streams.Publication{Subject: subj, Data: data, MsgID: fmt.Sprintf("fence:%d", token)}, head.Seq)
+	return seq, err
+}
+
+// Commit appends a turn's commit on the head the holder of token expects:
+// its own fence or its own previous commit. A retry of the same stamp
+// returns the original revision, also after the dedupe window, because the
+// commit that landed is the entry right after expect. The same turn with
+// another body is a *CommitConflictError; an entry written under a newer
+// token is a *FencedError; any other write after expect is a conflict.
+//
+// Commit finds an earlier commit of the same turn only right after expect
+// or, within the dedupe window, anywhere. After fencing, a new holder finds
+// what older holders committed with FindCommit before committing itself.
+func (l *Log) Commit(ctx context.Context, session, turn string, token uint64, body []byte, expect uint64) (uint64, error) {
+	if token == 0 || turn == "" {
+		return 0, fmt.Errorf("%w: a commit needs a turn id and a fencing token", ErrInvalid)
+	}
+	subj, err := l.s.Subjects().SessionEvents(session)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	want := &Entry{Kind: KindCommit, Token: token, Turn: turn, Hash: ContentHash(body), Body: body}
+	data, err := encodeEntry(want)
+	if err != nil {
+		return 0, err
+	}
+	seq, dup, err := l.s.Append(ctx, streams.Publication{Subject: subj, Data: data, MsgID: "commit:" + turn}, expect)
+	if err == nil && !dup {
+		return seq, nil
+	}
+	if err == nil {
+		// An earlier commit of this turn: make sure it has this content.
+		if err := l.sameCommit(ctx, session, subj, seq, want); err != nil {
+			return 0, err
+		}
+		return seq, nil
+	}
+	if !errors.Is(err, streams.ErrConflict) {
+		return 0, err
+	}
+	next, rerr := l.s.NextOnSubject(ctx, subj, expect+1)
+	if rerr != nil {
+		if errors.Is(rerr, streams.ErrNotFound) {
+			return 0, err
+		}
+		return 0, rerr
+	}
+	have, derr := decodeEntry(next.Data)
+	switch {
+	case derr != nil:
+		return 0, fmt.Errorf("session %s revision %d: %w", session, next.Seq, derr)
+	case have.Kind == KindCommit && have.Turn == turn:
+		if have.Hash != want.Hash {
+			return 0, &CommitConflictError{Session: session, Seq: next.Seq, Have: have.Stamp(), Want: want.Stamp()}
+		}
+		return next.Seq, nil
+	case have.Token > token:
+		return 0, &FencedError{Session: session, Token: token, Holder: have.Token, Seq: next.Seq}
+	}
+	return 0, err
+}
+
+func (l *Log) sameCommit(ctx context.Context, session, subj string, seq uint64, want *Entry) error {
+	m, err := l.s.NextOnSubject(ctx, subj, seq)
+	if err != nil {
+		return err
+	}
+	have, err := decodeEntry(m.Data)
+	if err != nil {
+		return fmt.Errorf("session %s revision %d: %w", session, m.Seq, err)
+	}
+	if m.Seq != seq || have.Kind != KindCommit || have.Turn != want.Turn {
+		return fmt.Errorf("sessionlog: session %s: revision %d is not the commit of turn %s", session, seq, want.Turn)
+	}
+	if have.Hash != want.Hash {
+		return &CommitConflictError{Session: session, Seq: seq, Have: have.Stamp(), Want: want.Stamp()}
+	}
+	return nil
+}
+
+// Read calls fn for each entry of the session log from revision from on, in
+// order, up to the head when Read started.
+func (l *Log) Read(ctx context.Context, session string, from uint64, fn func(seq uint64, e *Entry) error) error {
+	subj, err := l.s.Subjects().SessionEvents(session)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return l.s.Read(ctx, subj, from, func(m *streams.Msg) error {
+		e, err := decodeEntry(m.Data)
+		if err != nil {
+			return fmt.Errorf("session %s revision %d: %w", session, m.Seq, err)
+		}
+		return fn(m.Seq, e)
+	})
+}
+
+// FindCommit returns the revision and entry of turn's commit at or after
+// revision from, or streams.ErrNotFound.
+func (l *Log) FindCommit(ctx context.Context, session, turn string, from uint64) (uint64, *Entry, error) {
+	var seq uint64
+	var found *Entry
+	errFound := errors.New("found")
+	err := l.Read(ctx, session, from, func(s uint64, e *Entry) error {
+		if e.Kind == KindCommit && e.Turn == turn {
+			seq, found = s, e
+			return errFound
+		}
+		return nil
+	})
+	switch {
+	case errors.Is(err, errFound):
+		return seq, found, nil
+	case err != nil:
+		return 0, nil, err
+	}
+	return 0, nil, fmt.Errorf("%w: no commit of turn %s in session %s", streams.ErrNotFound, turn, session)
+}

@@ -1,0 +1,95 @@
+package streams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// DefaultTimeout bounds calls whose context has no deadline.
+const DefaultTimeout = 10 * time.Second
+
+// Client is the one handle lash has on JetStream: the deployment's streams
+// and buckets, its subject names, and the write primitives built on them.
+type Client struct {
+	cfg     Config
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	streams [numStreams]jetstream.Stream
+	leases  jetstream.KeyValue
+	subj    Subjects
+}
+
+// Open returns a client for the deployment described by cfg and runs
+// Ensure: missing streams are created, existing ones are checked.
+func Open(ctx context.Context, nc *nats.Conn, cfg Config) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(DefaultTimeout))
+	if err != nil {
+		return nil, fmt.Errorf("streams: %w", err)
+	}
+	c := &Client{cfg: cfg, nc: nc, js: js, subj: Subjects{prefix: cfg.Prefix}}
+	if err := c.Ensure(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Config is the client's configuration with defaults applied.
+func (c *Client) Config() Config { return c.cfg }
+
+// Subjects names the deployment's subjects.
+func (c *Client) Subjects() Subjects { return c.subj }
+
+// Conn is the underlying connection.
+func (c *Client) Conn() *nats.Conn { return c.nc }
+
+// StreamName is the JetStream name of one of the deployment's streams.
+func (c *Client) StreamName(s Stream) string { return c.cfg.streamName(s) }
+
+// LeaseBucket is the name of the lease bucket.
+func (c *Client) LeaseBucket() string { return c.cfg.leaseBucket() }
+
+// streamOf maps a subject to the stream that captures it.
+func (c *Client) streamOf(subject string) (jetstream.Stream, error) {
+	rest, ok := strings.CutPrefix(subject, c.cfg.Prefix+".")
+	if ok {
+		kind, _, _ := strings.Cut(rest, ".")
+		switch kind {
+		case "sess":
+			return c.streams[Sessions], nil
+		case "fx":
+			return c.streams[Effects], nil
+		case "proc":
+			return c.streams[Processes], nil
+		case "signal", "trig":
+			return c.streams[Triggers], nil
+		}
+	}
+	return nil, fmt.Errorf("streams: subject %q belongs to no stream of deployment %q", subject, c.cfg.Prefix)
+}
+
+// withTimeout gives ctx the default deadline if it has none.
+func withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, DefaultTimeout)
+}
+
+// apiCode returns the JetStream error code in err, or 0.
+func apiCode(err error) jetstream.ErrorCode {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode
+	}
+	return 0
+}

@@ -1,0 +1,53 @@
+// Package streams is the one package of lash that talks to JetStream. It
+// owns the deployment's topology (streams, the lease bucket, subject names),
+// the write primitives every other package builds on, error-code mapping,
+// and the embedded server.
+//
+// # Topology
+//
+// With prefix p (default "lash") a deployment is, all with schema version
+// SchemaVersion in their metadata:
+//
+//	P_SESSIONS   p.sess.<session>.ev   session log: fences, commits (CAS on the head)
+//	             p.sess.<session>.in   inputs, appended by anyone (msg-id dedupe)
+//	P_EFFECTS    p.fx.<session>.<turn>.<effect>.<call|_>.r   journal record (first writer wins)
+//	             p.fx.<session>.<turn>.<effect>.<call|_>.i   "started" intent
+//	P_PROCESSES  p.proc.<process>.ev
+//	P_TRIGGERS   p.signal.>, p.trig.>
+//	P_LEASES     KV bucket: leases and node liveness, per-key TTL
+//
+// Ids become subject tokens through Token: ids made of [A-Za-z0-9_-] stay
+// as they are, anything else becomes '=' and its base64url encoding.
+//
+// Ensure (run by Open) creates what is missing and compares what exists
+// with what this build expects; a difference is refused with a
+// *SchemaError (ErrSchemaMismatch) and nothing is changed.
+//
+// # Write rules and their errors
+//
+//   - Append publishes with Nats-Expected-Last-Subject-Sequence: the
+//     subject's last stream sequence must be the expected one (0: empty).
+//     Server codes 10071 and 10164 both become a *ConflictError
+//     (ErrConflict). After a conflict, if the message right after the
+//     expected sequence carries the caller's msg id, the write had landed
+//     (a retry after a lost ack): Append returns its sequence with
+//     duplicate set, also after the dedupe window.
+//   - Publish appends without a check; a msg id dedupes retries within the
+//     stream's duplicate window only. Permanent identity lives in the data.
+//   - AppendBatch stores up to MaxBatch messages of one stream atomically,
+//     each with its own optional expected sequence; one failing check
+//     rejects all (*ConflictError); other refusals are ErrBatch. On a
+//     single server with file storage the server stages each batch in a
+//     store of its own on disk, which costs milliseconds: batch where it
+//     saves many publishes, not for two messages.
+//   - KVCreate claims a key with a TTL (conflict if live); KVSwap replaces
+//     it at a revision keeping a TTL (the KV update call would drop it);
+//     KVDelete removes it at a revision only.
+//   - A payload above the stream's MaxMsgSize is ErrTooLarge; a missing
+//     message is ErrNotFound; an id that cannot be a token is ErrBadID.
+//
+// Reads that decide a write (the message after a conflict) go to the stream
+// leader: the streams do not allow direct gets, which followers may answer
+// from behind. Every call takes a context; calls without a deadline get
+// DefaultTimeout.
+package streams

@@ -1,0 +1,107 @@
+package streams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// KVEntry is the live value of a key in the lease bucket.
+type KVEntry struct {
+	Key      string
+	Value    []byte
+	Revision uint64
+	Created  time.Time
+}
+
+// KVCreate stores value under key only if the key holds no live value, with
+// a per-key TTL (whole seconds, at least one). The revision it returns is a
+// stream sequence: a later create of the same key always gets a larger one.
+// A live key returns a *ConflictError.
+func (c *Client) KVCreate(ctx context.Context, key string, value []byte, ttl time.Duration) (uint64, error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	rev, err := c.leases.Create(ctx, key, value, jetstream.KeyTTL(ttl))
+	if err != nil {
+		return 0, c.kvErr("create", key, 0, err)
+	}
+	return rev, nil
+}
+
+// KVSwap replaces key's value if its revision is still rev, keeping a TTL.
+// It publishes to the bucket's subject itself: the KV update call would
+// drop the key's TTL.
+func (c *Client) KVSwap(ctx context.Context, key string, value []byte, rev uint64, ttl time.Duration) (uint64, error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	subj := "$KV." + c.cfg.leaseBucket() + "." + key
+	ack, err := c.js.Publish(ctx, subj, value, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(ttl))
+	if err != nil {
+		return 0, c.kvErr("swap", key, rev, err)
+	}
+	return ack.Sequence, nil
+}
+
+// KVDelete deletes key if its revision is still rev; a successor's value is
+// never removed.
+func (c *Client) KVDelete(ctx context.Context, key string, rev uint64) error {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	if err := c.leases.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil {
+		return c.kvErr("delete", key, rev, err)
+	}
+	return nil
+}
+
+// KVGet returns key's live value, or ErrNotFound if it was never set, was
+// deleted, or expired.
+func (c *Client) KVGet(ctx context.Context, key string) (*KVEntry, error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	e, err := c.leases.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, fmt.Errorf("%w: key %s", ErrNotFound, key)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("streams: get %s: %w", key, err)
+	}
+	return &KVEntry{Key: e.Key(), Value: e.Value(), Revision: e.Revision(), Created: e.Created()}, nil
+}
+
+// KVList returns the live entries whose keys start with prefix.
+func (c *Client) KVList(ctx context.Context, prefix string) ([]KVEntry, error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	lister, err := c.leases.ListKeysFiltered(ctx, prefix+">")
+	if err != nil {
+		return nil, fmt.Errorf("streams: list %s: %w", prefix, err)
+	}
+	var out []KVEntry
+	for key := range lister.Keys() {
+		if !strings.HasPrefix(key, prefix) {
+			continue
+		}
+		e, err := c.KVGet(ctx, key)
+		if errors.Is(err, ErrNotFound) {
+			continue // expired between listing and reading
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *e)
+	}
+	return out, nil
+}
+
+func (c *Client) kvErr(op, key string, rev uint64, err error) error {
+	code := apiCode(err)
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) ||
+		code == codeWrongLastSequence || code == codeWrongLastSequenceConst {
+		return &ConflictError{Subject: "$KV." + c.cfg.leaseBucket() + "." + key, Expected: rev, Code: code}
+	}
+	return fmt.Errorf("streams: %s %s: %w", op, key, err)
+}

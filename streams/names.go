@@ -1,0 +1,153 @@
+package streams
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// ErrBadID: an id cannot be encoded into a subject token (it is empty).
+var ErrBadID = errors.New("streams: invalid id")
+
+// Token encodes an id into one subject token that is also a valid KV key
+// part. Ids made only of [A-Za-z0-9_-] are used as they are; any other id is
+// '=' followed by its unpadded base64url encoding. Plain ids never contain
+// '=', so the mapping is injective and readable for the common case.
+func Token(id string) (string, error) {
+	if id == "" {
+		return "", fmt.Errorf("%w: empty id", ErrBadID)
+	}
+	if plain(id) {
+		return id, nil
+	}
+	return "=" + base64.RawURLEncoding.EncodeToString([]byte(id)), nil
+}
+
+// ParseToken reverses Token.
+func ParseToken(tok string) (string, error) {
+	if enc, ok := strings.CutPrefix(tok, "="); ok {
+		b, err := base64.RawURLEncoding.DecodeString(enc)
+		if err != nil || len(b) == 0 {
+			return "", fmt.Errorf("%w: token %q", ErrBadID, tok)
+		}
+		return string(b), nil
+	}
+	if tok == "" || !plain(tok) {
+		return "", fmt.Errorf("%w: token %q", ErrBadID, tok)
+	}
+	return tok, nil
+}
+
+func plain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func mustTokens(ids ...string) ([]string, error) {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		t, err := Token(id)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = t
+	}
+	return out, nil
+}
+
+// Subjects names every subject of one deployment. All methods encode ids
+// with Token.
+type Subjects struct{ prefix string }
+
+// SessionEvents is the session's event log: fence markers, turn commits.
+func (s Subjects) SessionEvents(session string) (string, error) {
+	t, err := mustTokens(session)
+	if err != nil {
+		return "", err
+	}
+	return s.prefix + ".sess." + t[0] + ".ev", nil
+}
+
+// SessionInputs is where anyone appends input for a session.
+func (s Subjects) SessionInputs(session string) (string, error) {
+	t, err := mustTokens(session)
+	if err != nil {
+		return "", err
+	}
+	return s.prefix + ".sess." + t[0] + ".in", nil
+}
+
+// AllSessionInputs matches the inputs of every session.
+func (s Subjects) AllSessionInputs() string { return s.prefix + ".sess.*.in" }
+
+// EffectRecord is the journal subject of one effect: the first message on
+// it is the recorded outcome. call is empty for effects that are not one
+// call of a batch.
+func (s Subjects) EffectRecord(session, turn string, effect uint64, call string) (string, error) {
+	return s.effect(session, turn, effect, call, "r")
+}
+
+// EffectIntent is where a "started" intent for the effect is noted.
+func (s Subjects) EffectIntent(session, turn string, effect uint64, call string) (string, error) {
+	return s.effect(session, turn, effect, call, "i")
+}
+
+func (s Subjects) effect(session, turn string, effect uint64, call, leaf string) (string, error) {
+	t, err := mustTokens(session, turn)
+	if err != nil {
+		return "", err
+	}
+	c := "_"
+	if call != "" {
+		if c, err = Token(call); err != nil {
+			return "", err
+		}
+	}
+	return s.prefix + ".fx." + t[0] + "." + t[1] + "." + strconv.FormatUint(effect, 10) + "." + c + "." + leaf, nil
+}
+
+// TurnEffects matches every journal subject of one turn.
+func (s Subjects) TurnEffects(session, turn string) (string, error) {
+	t, err := mustTokens(session, turn)
+	if err != nil {
+		return "", err
+	}
+	return s.prefix + ".fx." + t[0] + "." + t[1] + ".>", nil
+}
+
+// TurnRecords matches the recorded outcomes of one turn, not its intents.
+func (s Subjects) TurnRecords(session, turn string) (string, error) {
+	t, err := mustTokens(session, turn)
+	if err != nil {
+		return "", err
+	}
+	return s.prefix + ".fx." + t[0] + "." + t[1] + ".*.*.r", nil
+}
+
+// ProcessEvents is a process's record and event log.
+func (s Subjects) ProcessEvents(process string) (string, error) {
+	t, err := mustTokens(process)
+	if err != nil {
+		return "", err
+	}
+	return s.prefix + ".proc." + t[0] + ".ev", nil
+}
+
+// Signals matches every external signal.
+func (s Subjects) Signals() string { return s.prefix + ".signal.>" }
+
+// Live is the ephemeral subject for a session's live events.
+func (s Subjects) Live(session string) (string, error) {
+	t, err := mustTokens(session)
+	if err != nil {
+		return "", err
+	}
+	return s.prefix + ".live." + t[0], nil
+}

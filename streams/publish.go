@@ -1,0 +1,178 @@
+package streams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Errors of the write and read primitives.
+var (
+	// ErrConflict: a compare-and-set found another head than expected. The
+	// *ConflictError carries the subject and the expected sequence.
+	ErrConflict = errors.New("streams: conflict")
+	// ErrNotFound: no message matched.
+	ErrNotFound = errors.New("streams: not found")
+	// ErrTooLarge: the payload exceeds the stream's maximum message size.
+	ErrTooLarge = errors.New("streams: message too large")
+)
+
+// Server error codes that mean "the subject's last sequence is not the
+// expected one": 10071 on a single server, 10164 on a replicated stream
+// while another write to the subject is in flight.
+const (
+	codeWrongLastSequence      jetstream.ErrorCode = 10071
+	codeWrongLastSequenceConst jetstream.ErrorCode = 10164
+	codeMessageTooLarge        jetstream.ErrorCode = 10054
+)
+
+// ConflictError is a compare-and-set that lost.
+type ConflictError struct {
+	Subject  string
+	Expected uint64
+	Code     jetstream.ErrorCode
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("streams: conflict on %s: its last sequence is not %d (server code %d)", e.Subject, e.Expected, e.Code)
+}
+
+func (e *ConflictError) Unwrap() error { return ErrConflict }
+
+// Msg is a stored message.
+type Msg struct {
+	Subject string
+	Seq     uint64
+	Header  nats.Header
+	Data    []byte
+	Time    time.Time
+}
+
+// MsgID is the message's Nats-Msg-Id header.
+func (m *Msg) MsgID() string { return m.Header.Get(jetstream.MsgIDHeader) }
+
+// Publication is one message to append.
+type Publication struct {
+	Subject string
+	Data    []byte
+	Header  nats.Header
+	// MsgID dedupes retries within the duplicate window and, after a
+	// conflict, tells "my write already landed" from a real conflict.
+	MsgID string
+}
+
+// Append publishes p if the last message on p.Subject has stream sequence
+// expect (0: the subject must be empty). It returns the new message's
+// sequence. A lost compare-and-set returns a *ConflictError, unless the
+// message on the subject right after expect carries p.MsgID: then this write
+// landed earlier (a retry after a lost ack) and Append returns its sequence
+// with duplicate set, as it does when the server dedupes the retry.
+func (c *Client) Append(ctx context.Context, p Publication, expect uint64) (seq uint64, duplicate bool, err error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	m := c.msg(p)
+	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(expect)}
+	if p.MsgID != "" {
+		opts = append(opts, jetstream.WithMsgID(p.MsgID))
+	}
+	ack, err := c.js.PublishMsg(ctx, m, opts...)
+	if err == nil {
+		return ack.Sequence, ack.Duplicate, nil
+	}
+	code := apiCode(err)
+	switch {
+	case code == codeWrongLastSequence || code == codeWrongLastSequenceConst:
+	case tooLarge(err):
+		return 0, false, fmt.Errorf("%w: %d bytes on %s", ErrTooLarge, len(p.Data), p.Subject)
+	default:
+		return 0, false, fmt.Errorf("streams: append to %s: %w", p.Subject, err)
+	}
+	conflict := &ConflictError{Subject: p.Subject, Expected: expect, Code: code}
+	if p.MsgID == "" {
+		return 0, false, conflict
+	}
+	next, err := c.NextOnSubject(ctx, p.Subject, expect+1)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		// The head moved but nothing follows expect: the head went back
+		// (purge) or a write is still settling; either way it was not ours.
+		return 0, false, conflict
+	case err != nil:
+		return 0, false, fmt.Errorf("streams: append to %s: reading after a conflict: %w", p.Subject, err)
+	case next.MsgID() == p.MsgID:
+		return next.Seq, true, nil
+	}
+	return 0, false, conflict
+}
+
+// Publish appends p without a compare-and-set: for subjects anyone may
+// append to, such as session inputs. A retry with the same MsgID within the
+// duplicate window returns the original sequence.
+func (c *Client) Publish(ctx context.Context, p Publication) (seq uint64, duplicate bool, err error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	var opts []jetstream.PublishOpt
+	if p.MsgID != "" {
+		opts = append(opts, jetstream.WithMsgID(p.MsgID))
+	}
+	ack, err := c.js.PublishMsg(ctx, c.msg(p), opts...)
+	if err != nil {
+		if tooLarge(err) {
+			return 0, false, fmt.Errorf("%w: %d bytes on %s", ErrTooLarge, len(p.Data), p.Subject)
+		}
+		return 0, false, fmt.Errorf("streams: publish to %s: %w", p.Subject, err)
+	}
+	return ack.Sequence, ack.Duplicate, nil
+}
+
+func tooLarge(err error) bool {
+	return apiCode(err) == codeMessageTooLarge || errors.Is(err, nats.ErrMaxPayload)
+}
+
+func (c *Client) msg(p Publication) *nats.Msg {
+	m := nats.NewMsg(p.Subject)
+	m.Data = p.Data
+	for k, v := range p.Header {
+		m.Header[k] = v
+	}
+	return m
+}
+
+// Head returns the last message on subject, or ErrNotFound.
+func (c *Client) Head(ctx context.Context, subject string) (*Msg, error) {
+	st, err := c.streamOf(subject)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	raw, err := st.GetLastMsgForSubject(ctx, subject)
+	return fromRaw(raw, err, subject)
+}
+
+// NextOnSubject returns the first message on subject (which may hold
+// wildcards) with sequence at least seq, or ErrNotFound.
+func (c *Client) NextOnSubject(ctx context.Context, subject string, seq uint64) (*Msg, error) {
+	st, err := c.streamOf(subject)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	raw, err := st.GetMsg(ctx, max(seq, 1), jetstream.WithGetMsgSubject(subject))
+	return fromRaw(raw, err, subject)
+}
+
+func fromRaw(raw *jetstream.RawStreamMsg, err error, subject string) (*Msg, error) {
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, fmt.Errorf("%w: no message on %s", ErrNotFound, subject)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("streams: read %s: %w", subject, err)
+	}
+	return &Msg{Subject: raw.Subject, Seq: raw.Sequence, Header: raw.Header, Data: raw.Data, Time: raw.Time}, nil
+}

@@ -1,0 +1,77 @@
+package streams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// readBatch is how many messages one fetch asks for.
+const readBatch = 256
+
+// Read calls fn, in stream order, for every message that matches filter
+// (which may hold wildcards) with sequence at least from, up to the last
+// such message stored when Read started. An error from fn stops the read
+// and is returned as it is.
+func (c *Client) Read(ctx context.Context, filter string, from uint64, fn func(*Msg) error) error {
+	st, err := c.streamOf(filter)
+	if err != nil {
+		return err
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
+	if from > 1 {
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = from
+	}
+	cons, err := st.OrderedConsumer(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("streams: read %s: %w", filter, err)
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		batch, err := cons.FetchNoWait(readBatch)
+		if err != nil {
+			return fmt.Errorf("streams: read %s: %w", filter, err)
+		}
+		n := 0
+		for raw := range batch.Messages() {
+			n++
+			meta, err := raw.Metadata()
+			if err != nil {
+				return fmt.Errorf("streams: read %s: %w", filter, err)
+			}
+			m := &Msg{Subject: raw.Subject(), Seq: meta.Sequence.Stream, Header: raw.Headers(), Data: raw.Data(), Time: meta.Timestamp}
+			if err := fn(m); err != nil {
+				return err
+			}
+			if meta.NumPending == 0 {
+				return nil
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			return fmt.Errorf("streams: read %s: %w", filter, err)
+		}
+		if n == 0 {
+			return nil
+		}
+	}
+}
+
+// Purge removes every message matching filter, for lifecycle rules such as
+// dropping a committed turn's journal.
+func (c *Client) Purge(ctx context.Context, filter string) error {
+	st, err := c.streamOf(filter)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject(filter)); err != nil {
+		return fmt.Errorf("streams: purge %s: %w", filter, err)
+	}
+	return nil
+}

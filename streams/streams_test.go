@@ -1,0 +1,138 @@
+package streams_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/lash-run/lash/streams"
+	"github.com/lash-run/lash/testenv"
+)
+
+func open(t *testing.T, cfg streams.Config) *streams.Client {
+	t.Helper()
+	srv := testenv.RunJetStream(t)
+	c, err := streams.Open(context.Background(), srv.Conn(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestAppendCompareAndSet(t *testing.T) {
+	ctx := context.Background()
+	c := open(t, streams.Config{})
+	subj, _ := c.Subjects().SessionEvents("s1")
+	seq, dup, err := c.Append(ctx, streams.Publication{Subject: subj, Data: []byte("a"), MsgID: "a"}, 0)
+	if err != nil || dup {
+		t.Fatalf("first append: %d %v %v", seq, dup, err)
+	}
+	// The same write retried at the same head: it already landed.
+	again, dup, err := c.Append(ctx, streams.Publication{Subject: subj, Data: []byte("a"), MsgID: "a"}, 0)
+	if err != nil || !dup || again != seq {
+		t.Fatalf("retry: got %d dup=%v err=%v, want %d dup", again, dup, err, seq)
+	}
+	// Another write at the stale head is a conflict.
+	_, _, err = c.Append(ctx, streams.Publication{Subject: subj, Data: []byte("b"), MsgID: "b"}, 0)
+	var ce *streams.ConflictError
+	if !errors.As(err, &ce) || !errors.Is(err, streams.ErrConflict) || ce.Expected != 0 {
+		t.Fatalf("stale append: %v", err)
+	}
+	next, _, err := c.Append(ctx, streams.Publication{Subject: subj, Data: []byte("b"), MsgID: "b"}, seq)
+	if err != nil || next <= seq {
+		t.Fatalf("append at head: %d %v", next, err)
+	}
+	head, err := c.Head(ctx, subj)
+	if err != nil || head.Seq != next || string(head.Data) != "b" {
+		t.Fatalf("head: %+v %v", head, err)
+	}
+}
+
+func TestAppendBatchIsAllOrNothing(t *testing.T) {
+	ctx := context.Background()
+	c := open(t, streams.Config{})
+	a, _ := c.Subjects().SessionEvents("a")
+	b, _ := c.Subjects().SessionEvents("b")
+	seqs, err := c.AppendBatch(ctx, []streams.BatchEntry{
+		{Publication: streams.Publication{Subject: a, Data: []byte("1")}, Expect: streams.Expect(0)},
+		{Publication: streams.Publication{Subject: b, Data: []byte("1")}, Expect: streams.Expect(0)},
+	})
+	if err != nil || len(seqs) != 2 || seqs[1] != seqs[0]+1 {
+		t.Fatalf("batch: %v %v", seqs, err)
+	}
+	// One stale check rejects the whole batch.
+	_, err = c.AppendBatch(ctx, []streams.BatchEntry{
+		{Publication: streams.Publication{Subject: a, Data: []byte("2")}, Expect: streams.Expect(seqs[0])},
+		{Publication: streams.Publication{Subject: b, Data: []byte("2")}, Expect: streams.Expect(0)},
+	})
+	if !errors.Is(err, streams.ErrConflict) {
+		t.Fatalf("stale batch: %v", err)
+	}
+	head, _ := c.Head(ctx, a)
+	if head.Seq != seqs[0] {
+		t.Fatalf("a moved to %d after a rejected batch", head.Seq)
+	}
+}
+
+func TestReadRange(t *testing.T) {
+	ctx := context.Background()
+	c := open(t, streams.Config{})
+	subj, _ := c.Subjects().SessionInputs("s")
+	var want []uint64
+	for i := range 600 {
+		seq, _, err := c.Publish(ctx, streams.Publication{Subject: subj, Data: []byte(fmt.Sprint(i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, seq)
+	}
+	var got []uint64
+	if err := c.Read(ctx, subj, want[100], func(m *streams.Msg) error { got = append(got, m.Seq); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 500 || got[0] != want[100] || got[499] != want[599] {
+		t.Fatalf("read %d messages from %v to %v", len(got), got[:1], got[len(got)-1:])
+	}
+	empty, _ := c.Subjects().SessionInputs("nobody")
+	if err := c.Read(ctx, empty, 0, func(*streams.Msg) error { return errors.New("called") }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestKV(t *testing.T) {
+	ctx := context.Background()
+	c := open(t, streams.Config{})
+	rev, err := c.KVCreate(ctx, "sess.a", []byte("x"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.KVCreate(ctx, "sess.a", []byte("y"), time.Second); !errors.Is(err, streams.ErrConflict) {
+		t.Fatalf("second create: %v", err)
+	}
+	rev2, err := c.KVSwap(ctx, "sess.a", []byte("z"), rev, 5*time.Second)
+	if err != nil || rev2 <= rev {
+		t.Fatalf("swap: %d %v", rev2, err)
+	}
+	if _, err := c.KVSwap(ctx, "sess.a", []byte("w"), rev, 5*time.Second); !errors.Is(err, streams.ErrConflict) {
+		t.Fatalf("stale swap: %v", err)
+	}
+	if err := c.KVDelete(ctx, "sess.a", rev); !errors.Is(err, streams.ErrConflict) {
+		t.Fatalf("stale delete: %v", err)
+	}
+	e, err := c.KVGet(ctx, "sess.a")
+	if err != nil || string(e.Value) != "z" {
+		t.Fatalf("get: %v %v", e, err)
+	}
+	if err := c.KVDelete(ctx, "sess.a", rev2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.KVGet(ctx, "sess.a"); !errors.Is(err, streams.ErrNotFound) {
+		t.Fatalf("get after delete: %v", err)
+	}
+	rev3, err := c.KVCreate(ctx, "sess.a", []byte("again"), time.Second)
+	if err != nil || rev3 <= rev2 {
+		t.Fatalf("create after delete: %d %v", rev3, err)
+	}
+}
