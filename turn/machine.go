@@ -492,7 +492,8 @@ func (m *Machine) checkToolCalls(calls []ToolCall) error {
 			return fmt.Errorf("tool call %q names no tool", c.ID)
 		case seen[c.ID]:
 			return fmt.Errorf("tool call id %q is repeated", c.ID)
-		case m.findCall(c.ID) >= 0 && m.st.Calls[m.findCall(c.ID)].Status == CallSuspended:
+		}
+		if i := m.findCall(c.ID); i >= 0 && m.st.Calls[i].Status == CallSuspended {
 			return fmt.Errorf("tool call id %q is already in use by a suspended call", c.ID)
 		}
 		seen[c.ID] = true
@@ -596,9 +597,10 @@ func (m *Machine) onToolResults(results []ToolResult) {
 			c.Status = CallFailed
 			m.event(EventToolFinished, c.Call.ID, "error")
 		case ToolPending:
+			// The pending result stays recorded, so a repeat is a no-op
+			// and any other answer for the call is refused.
 			c.Status = CallSuspended
 			c.Ticket = Ticket{Reason: res.Output}
-			c.Result = nil
 			m.event(EventToolSuspended, c.Call.ID, res.Output)
 		}
 	}
@@ -717,7 +719,7 @@ func (m *Machine) gate(msgs []Message, decisions []Decision) bool {
 	for i := range st.Calls {
 		c := &st.Calls[i]
 		if c.Status == CallResuming {
-			c.Status, c.Round, c.Exec = CallRunning, st.Round, true
+			c.Status, c.Round, c.Exec, c.Result = CallRunning, st.Round, true, nil
 			m.event(EventToolStarted, c.Call.ID, c.Call.Name)
 		}
 	}

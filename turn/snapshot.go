@@ -81,6 +81,11 @@ func Restore(cfg Config, b []byte) (*Machine, error) {
 	if err := m.st.check(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSnapshot, err)
 	}
+	// Only the canonical encoding is accepted: this also refuses numbers
+	// that the decoder silently narrowed into one-byte fields.
+	if again, err := msgpack.Marshal(&m.st); err != nil || !bytes.Equal(again, body) {
+		return nil, fmt.Errorf("%w: not in canonical form", ErrSnapshot)
+	}
 	m.out = m.build()
 	return m, nil
 }

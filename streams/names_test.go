@@ -1,0 +1,72 @@
+package streams
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestTokenKeepsPlainIDs(t *testing.T) {
+	for _, id := range []string{"s1", "session_42", "A-b-C"} {
+		if tok, err := Token(id); err != nil || tok != id {
+			t.Errorf("Token(%q) = %q, %v", id, tok, err)
+		}
+	}
+	for _, id := range []string{"a.b", "*", ">", "with space", "ünï", "=x", "a/b"} {
+		tok, err := Token(id)
+		if err != nil || !strings.HasPrefix(tok, "=") {
+			t.Errorf("Token(%q) = %q, %v: want an encoded token", id, tok, err)
+		}
+	}
+	if _, err := Token(""); !errors.Is(err, ErrBadID) {
+		t.Errorf("empty id: %v", err)
+	}
+	for _, tok := range []string{"", "=", "=!!", "a.b"} {
+		if _, err := ParseToken(tok); !errors.Is(err, ErrBadID) {
+			t.Errorf("ParseToken(%q): %v", tok, err)
+		}
+	}
+}
+
+// FuzzToken: every id encodes to one safe token that decodes back to it.
+func FuzzToken(f *testing.F) {
+	for _, s := range []string{"s1", "a.b", "=", "a b", "\x00", "lash.sess.>"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		tok, err := Token(id)
+		if id == "" {
+			if err == nil {
+				t.Fatal("empty id accepted")
+			}
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.ContainsAny(tok, ".*> \t\r\n") {
+			t.Fatalf("token %q of %q is not a safe subject token", tok, id)
+		}
+		for _, c := range tok {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '=') {
+				t.Fatalf("token %q holds %q, not valid in a KV key", tok, c)
+			}
+		}
+		back, err := ParseToken(tok)
+		if err != nil || back != id {
+			t.Fatalf("ParseToken(%q) = %q, %v; want %q", tok, back, err, id)
+		}
+	})
+}
+
+func TestConfigValidate(t *testing.T) {
+	bad := []Config{{Prefix: "Lash"}, {Prefix: "a.b"}, {Replicas: 7}, {Replicas: -1}, {DuplicateWindow: 10}, {MaxMsgSize: 10}}
+	for _, c := range bad {
+		if err := c.Validate(); err == nil {
+			t.Errorf("%+v accepted", c)
+		}
+	}
+	if err := (Config{}).Validate(); err != nil {
+		t.Error(err)
+	}
+}
