@@ -86,7 +86,9 @@ type Option func(*Manager)
 
 // WithMargin sets how long before the TTL a holder stops trusting its
 // lease. Default: a fifth of the TTL, at least 100ms.
-func WithMargin(f func(ttl time.Duration) time.Duration) Option { return func(m *Manager) { m.margin = f } }
+func WithMargin(f func(ttl time.Duration) time.Duration) Option {
+	return func(m *Manager) { m.margin = f }
+}
 
 // New returns a manager that claims as owner.
 func New(s Store, owner Owner, opts ...Option) *Manager {
