@@ -1,0 +1,162 @@
+package testenv
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// listenTimeout bounds how long a server may take to open its listeners.
+// It starts in milliseconds; the margin is for loaded CI machines.
+const listenTimeout = 10 * time.Second
+
+// Server is one embedded nats-server with JetStream, started by RunJetStream
+// or as a member of a Cluster. Its methods are safe for concurrent use.
+type Server struct {
+	t        testing.TB
+	name     string
+	storeDir string
+	// options returns fresh options for each start: nats-server writes into
+	// the Options it is given.
+	options func() *server.Options
+
+	mu  sync.Mutex
+	ns  *server.Server // nil while stopped
+	log *logger
+	url string
+}
+
+// RunJetStream starts one embedded nats-server with JetStream on, file
+// storage under t.TempDir(), and a client listener on a random port of
+// 127.0.0.1. It fails the test if the server does not start, and shuts the
+// server down at t.Cleanup.
+func RunJetStream(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	cfg := newConfig(opts)
+	s := &Server{t: t, name: cfg.name, storeDir: t.TempDir()}
+	s.options = func() *server.Options {
+		return baseOptions(cfg, s.name, s.storeDir, server.RANDOM_PORT)
+	}
+	if err := s.start(); err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(s.stop)
+	return s
+}
+
+func baseOptions(cfg config, name, storeDir string, port int) *server.Options {
+	return &server.Options{
+		ServerName: name,
+		Host:       "127.0.0.1",
+		Port:       port,
+		NoSigs:     true,
+		NoLog:      true,
+		JetStream:  true,
+		StoreDir:   storeDir,
+		SyncAlways: cfg.syncAlways,
+	}
+}
+
+// Name returns the server's name, as JetStream reports it (for example in
+// the Cluster.Leader of a stream's info).
+func (s *Server) Name() string { return s.name }
+
+// StoreDir returns the directory the server keeps its JetStream files in. It
+// stays the same across restarts.
+func (s *Server) StoreDir() string { return s.storeDir }
+
+// URL returns the nats:// URL of the server's client listener on 127.0.0.1,
+// for connections over TCP, also from other processes.
+func (s *Server) URL() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.url
+}
+
+// NATS returns the running nats-server, or nil while the server is stopped.
+// A restart replaces it: do not keep it across Cluster.RestartServer.
+func (s *Server) NATS() *server.Server {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ns
+}
+
+// Conn returns a new in-process connection to the server (no TCP), closed at
+// t.Cleanup. It fails the test if the server is stopped. The connection is
+// bound to the server as it runs now: after a restart, take a new one.
+func (s *Server) Conn(t testing.TB) *nats.Conn {
+	t.Helper()
+	ns := s.NATS()
+	if ns == nil {
+		t.Fatalf("testenv: Conn: server %s is stopped", s.name)
+	}
+	nc, err := nats.Connect(s.URL(), nats.InProcessServer(ns), nats.Name("testenv "+s.name))
+	if err != nil {
+		t.Fatalf("testenv: connecting in-process to %s: %v", s.name, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// start creates and starts the server and waits until its listeners are
+// open. On failure nothing is left running.
+func (s *Server) start() error {
+	opts := s.options()
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return fmt.Errorf("server %s: %w", s.name, err)
+	}
+	l := newLogger(s.t, s.name)
+	ns.SetLogger(l, l.debug, false)
+	go ns.Start()
+
+	err = poll(listenTimeout, func() error {
+		if err := l.fatalError(); err != nil {
+			return giveUp(err)
+		}
+		if ns.Addr() == nil {
+			return fmt.Errorf("server %s: client listener not open", s.name)
+		}
+		if opts.Cluster.Port != 0 && ns.ClusterAddr() == nil {
+			return fmt.Errorf("server %s: cluster listener not open", s.name)
+		}
+		if !ns.JetStreamEnabled() {
+			return fmt.Errorf("server %s: JetStream not enabled", s.name)
+		}
+		return nil
+	})
+	if err != nil {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		l.close()
+		return err
+	}
+
+	s.mu.Lock()
+	s.ns, s.log, s.url = ns, l, "nats://"+ns.Addr().String()
+	s.mu.Unlock()
+	return nil
+}
+
+// stop shuts the server down and waits until it has. It does nothing if the
+// server is stopped. A fatal error the server reported while it ran fails the
+// test.
+func (s *Server) stop() {
+	s.mu.Lock()
+	ns, l := s.ns, s.log
+	s.ns, s.log = nil, nil
+	s.mu.Unlock()
+	if ns == nil {
+		return
+	}
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	l.close()
+	if err := l.fatalError(); err != nil {
+		s.t.Errorf("testenv: %v", err)
+	}
+}
