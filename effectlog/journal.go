@@ -8,6 +8,7 @@ import (
 
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/turn"
+	"github.com/oklog/ulid/v2"
 )
 
 // Errors.
@@ -59,7 +60,8 @@ type Journal struct {
 // Option configures a Journal.
 type Option func(*Journal)
 
-// WithRecorder names the node or process that records, for operators.
+// WithRecorder names the node or process that records, for operators. Each
+// concurrent recorder needs its own name. Default: a unique name.
 func WithRecorder(name string) Option { return func(j *Journal) { j.recorder = name } }
 
 // New returns a journal over s.
@@ -67,6 +69,10 @@ func New(s Store, opts ...Option) *Journal {
 	j := &Journal{s: s, now: time.Now}
 	for _, o := range opts {
 		o(j)
+	}
+	if j.recorder == "" {
+		// Recorder names scope msg-id dedupe to one journal's own retries.
+		j.recorder = "journal-" + ulid.Make().String()
 	}
 	return j
 }
