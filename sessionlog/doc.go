@@ -9,24 +9,29 @@
 // Write rules:
 //
 //   - Fence(token) reads the head and appends a fence marker there with a
-//     compare-and-set. A head written under an equal or newer token is a
+//     compare-and-set. A head written under a newer token is a
 //     *FencedError (ErrFenced); a write landing in between is
-//     streams.ErrConflict (read the head again). From then on every write of
-//     an older holder fails at the stream, however late it arrives.
-//   - Commit(turn, token, body, expect) appends at the head the holder
-//     expects: its own fence or its own last commit. Of racing commits on
-//     one head exactly one lands; the others get streams.ErrConflict and
-//     change nothing. A commit is stamped with its turn id and the sha256
-//     of its body: retrying the same stamp returns the original revision,
-//     with or without a lease and after the dedupe window, because the
-//     commit that landed is the entry right after expect. The same turn with
+//     streams.ErrConflict (read the head again). A head written under the
+//     same token is the holder's own write: Fence returns it, so a retry
+//     after a lost ack is harmless. From then on every write of an older
+//     holder fails at the stream, however late it arrives.
+//   - Fence and Commit return a Position: the holder's last write and its
+//     token. Commit appends only after a Position, so a holder can only
+//     ever write after its own writes. Of racing commits at one position
+//     exactly one lands; the others get streams.ErrConflict and change
+//     nothing. A commit is stamped with its turn id and the sha256 of its
+//     body: retrying the same stamp returns the original revision, with or
+//     without a lease and after the dedupe window, because the commit that
+//     landed is the entry right after the position. The same turn with
 //     another body is a *CommitConflictError (ErrCommitConflict). An entry
-//     after expect written under a newer token is a *FencedError.
+//     after the position written under a newer token is a *FencedError.
 //   - A new holder looks for commits of older holders with FindCommit, from
 //     the last revision it knows, before committing a turn it recovers.
 //   - AppendInput needs no lease: anyone may append; the client's
-//     idempotency key is the msg id. InputsAfter lists inputs after a
-//     cursor that commits carry.
+//     idempotency key, scoped to the session, is the msg id. InputsAfter
+//     lists inputs after a cursor that commits carry.
+//   - Msg ids are scoped by session subject: JetStream dedupes them across
+//     the whole stream.
 //
 // A message that is not an entry this version reads is ErrMalformed.
 package sessionlog

@@ -3,6 +3,7 @@ package sessionlog
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/lash-run/lash/streams"
 )
@@ -15,8 +16,10 @@ type Input struct {
 }
 
 // AppendInput appends input for a session. msgID is the client's
-// idempotency key: a retry within the dedupe window returns the original
-// revision with duplicate set. Anyone may append; no lease is needed.
+// idempotency key, scoped to the session: a retry within the dedupe window
+// returns the original revision with duplicate set. Anyone may append; no
+// lease is needed. (Programs that publish to the input subject themselves
+// must make their Nats-Msg-Id unique across sessions.)
 func (l *Log) AppendInput(ctx context.Context, session, msgID string, data []byte) (seq uint64, duplicate bool, err error) {
 	if msgID == "" {
 		return 0, false, fmt.Errorf("%w: an input needs an idempotency key", ErrInvalid)
@@ -25,8 +28,12 @@ func (l *Log) AppendInput(ctx context.Context, session, msgID string, data []byt
 	if err != nil {
 		return 0, false, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	return l.s.Publish(ctx, streams.Publication{Subject: subj, Data: data, MsgID: msgID})
+	return l.s.Publish(ctx, streams.Publication{Subject: subj, Data: data, MsgID: scopedInput(subj, msgID)})
 }
+
+// scopedInput makes a client's key unique to the session: JetStream dedupes
+// msg ids across the whole stream, and two sessions may use the same key.
+func scopedInput(subject, key string) string { return msgID(subject, "in", key) }
 
 // InputsAfter calls fn for each input with revision above cursor, in order,
 // up to the last input stored when it started.
@@ -36,6 +43,6 @@ func (l *Log) InputsAfter(ctx context.Context, session string, cursor uint64, fn
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return l.s.Read(ctx, subj, cursor+1, func(m *streams.Msg) error {
-		return fn(Input{Seq: m.Seq, MsgID: m.MsgID(), Data: m.Data})
+		return fn(Input{Seq: m.Seq, MsgID: strings.TrimPrefix(m.MsgID(), scopedInput(subj, "")), Data: m.Data})
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/lash-run/lash/streams"
 )
@@ -94,91 +95,128 @@ func (l *Log) Head(ctx context.Context, session string) (Head, error) {
 	return Head{Seq: m.Seq, Entry: e}, nil
 }
 
+// Position is where a lease holder stands on a session log: the revision
+// of its own last write and the fencing token it writes under. Only Fence
+// and Commit make one, so a holder can only ever append after its own
+// writes: a head written by anyone else fails the compare-and-set.
+type Position struct {
+	session string
+	seq     uint64
+	token   uint64
+}
+
+// Session is the log the position is on.
+func (p Position) Session() string { return p.session }
+
+// Seq is the revision of the holder's last write.
+func (p Position) Seq() uint64 { return p.seq }
+
+// Token is the holder's fencing token.
+func (p Position) Token() uint64 { return p.token }
+
 // Fence appends a fence marker for the holder of token, on the head it
-// reads. It fails with a *FencedError if the head was written under an
-// equal or newer token, and with streams.ErrConflict if another write lands
-// between the read and the append (read the head and try again). The
-// returned revision is the head the holder's next commit expects.
-func (l *Log) Fence(ctx context.Context, session string, token uint64, owner string) (uint64, error) {
+// reads. It fails with a *FencedError if the head was written under a newer
+// token, and with streams.ErrConflict if another write lands between the
+// read and the append (read the head and try again). A head written under
+// the same token is the holder's own write (a retry after a lost ack, or a
+// fence after its own commits): Fence returns it as the position.
+func (l *Log) Fence(ctx context.Context, session string, token uint64, owner string) (Position, error) {
 	if token == 0 {
-		return 0, fmt.Errorf("%w: fencing token 0", ErrInvalid)
+		return Position{}, fmt.Errorf("%w: fencing token 0", ErrInvalid)
 	}
 	subj, err := l.s.Subjects().SessionEvents(session)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return Position{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	head, err := l.Head(ctx, session)
 	if err != nil {
-		return 0, err
+		return Position{}, err
 	}
-	if head.Entry != nil && head.Entry.Token >= token {
-		return 0, &FencedError{Session: session, Token: token, Holder: head.Entry.Token, Seq: head.Seq}
+	if head.Entry != nil {
+		switch {
+		case head.Entry.Token > token:
+			return Position{}, &FencedError{Session: session, Token: token, Holder: head.Entry.Token, Seq: head.Seq}
+		case head.Entry.Token == token:
+			return Position{session: session, seq: head.Seq, token: token}, nil
+		}
 	}
 	data, err := encodeEntry(&Entry{Kind: KindFence, Token: token, Owner: owner})
 	if err != nil {
-		return 0, err
+		return Position{}, err
 	}
-	seq, _, err := l.s.Append(ctx, streams.Publication{Subject: subj, Data: data, MsgID: fmt.Sprintf("fence:%d", token)}, head.Seq)
-	return seq, err
+	seq, _, err := l.s.Append(ctx, streams.Publication{Subject: subj, Data: data, MsgID: msgID(subj, "fence", strconv.FormatUint(token, 10))}, head.Seq)
+	if err != nil {
+		return Position{}, err
+	}
+	return Position{session: session, seq: seq, token: token}, nil
 }
 
-// Commit appends a turn's commit on the head the holder of token expects:
-// its own fence or its own previous commit. A retry of the same stamp
-// returns the original revision, also after the dedupe window, because the
-// commit that landed is the entry right after expect. The same turn with
-// another body is a *CommitConflictError; an entry written under a newer
-// token is a *FencedError; any other write after expect is a conflict.
+// msgID scopes a msg id to one session's subject: JetStream dedupes msg
+// ids across the whole stream.
+func msgID(subject, kind, id string) string { return kind + ":" + subject + ":" + id }
+
+// Commit appends a turn's commit after the holder's position and returns
+// the holder's new position. Of racing commits on one position exactly one
+// lands; the others get streams.ErrConflict and change nothing. A retry of
+// the same stamp returns the position of the original commit, also after
+// the dedupe window, because the commit that landed is the entry right
+// after the position. The same turn with another body is a
+// *CommitConflictError; an entry after the position written under a newer
+// token is a *FencedError.
 //
-// Commit finds an earlier commit of the same turn only right after expect
-// or, within the dedupe window, anywhere. After fencing, a new holder finds
-// what older holders committed with FindCommit before committing itself.
-func (l *Log) Commit(ctx context.Context, session, turn string, token uint64, body []byte, expect uint64) (uint64, error) {
+// Commit finds an earlier commit of the same turn only right after the
+// position or, within the dedupe window, anywhere. After fencing, a new
+// holder finds what older holders committed with FindCommit before
+// committing a turn it recovers.
+func (l *Log) Commit(ctx context.Context, pos Position, turn string, body []byte) (Position, error) {
+	session, token, expect := pos.session, pos.token, pos.seq
 	if token == 0 || turn == "" {
-		return 0, fmt.Errorf("%w: a commit needs a turn id and a fencing token", ErrInvalid)
+		return Position{}, fmt.Errorf("%w: a commit needs a turn id and a position from Fence or Commit", ErrInvalid)
 	}
 	subj, err := l.s.Subjects().SessionEvents(session)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return Position{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
+	at := func(seq uint64) Position { return Position{session: session, seq: seq, token: token} }
 	want := &Entry{Kind: KindCommit, Token: token, Turn: turn, Hash: ContentHash(body), Body: body}
 	data, err := encodeEntry(want)
 	if err != nil {
-		return 0, err
+		return Position{}, err
 	}
-	seq, dup, err := l.s.Append(ctx, streams.Publication{Subject: subj, Data: data, MsgID: "commit:" + turn}, expect)
+	seq, dup, err := l.s.Append(ctx, streams.Publication{Subject: subj, Data: data, MsgID: msgID(subj, "commit", turn)}, expect)
 	if err == nil && !dup {
-		return seq, nil
+		return at(seq), nil
 	}
 	if err == nil {
 		// An earlier commit of this turn: make sure it has this content.
 		if err := l.sameCommit(ctx, session, subj, seq, want); err != nil {
-			return 0, err
+			return Position{}, err
 		}
-		return seq, nil
+		return at(seq), nil
 	}
 	if !errors.Is(err, streams.ErrConflict) {
-		return 0, err
+		return Position{}, err
 	}
 	next, rerr := l.s.NextOnSubject(ctx, subj, expect+1)
 	if rerr != nil {
 		if errors.Is(rerr, streams.ErrNotFound) {
-			return 0, err
+			return Position{}, err
 		}
-		return 0, rerr
+		return Position{}, rerr
 	}
 	have, derr := decodeEntry(next.Data)
 	switch {
 	case derr != nil:
-		return 0, fmt.Errorf("session %s revision %d: %w", session, next.Seq, derr)
+		return Position{}, fmt.Errorf("session %s revision %d: %w", session, next.Seq, derr)
 	case have.Kind == KindCommit && have.Turn == turn:
 		if have.Hash != want.Hash {
-			return 0, &CommitConflictError{Session: session, Seq: next.Seq, Have: have.Stamp(), Want: want.Stamp()}
+			return Position{}, &CommitConflictError{Session: session, Seq: next.Seq, Have: have.Stamp(), Want: want.Stamp()}
 		}
-		return next.Seq, nil
+		return at(next.Seq), nil
 	case have.Token > token:
-		return 0, &FencedError{Session: session, Token: token, Holder: have.Token, Seq: next.Seq}
+		return Position{}, &FencedError{Session: session, Token: token, Holder: have.Token, Seq: next.Seq}
 	}
-	return 0, err
+	return Position{}, err
 }
 
 func (l *Log) sameCommit(ctx context.Context, session, subj string, seq uint64, want *Entry) error {

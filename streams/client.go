@@ -22,7 +22,9 @@ type Client struct {
 	js      jetstream.JetStream
 	streams [numStreams]jetstream.Stream
 	leases  jetstream.KeyValue
-	subj    Subjects
+	// leaseStream is the bucket's stream, for reads the KV API lacks.
+	leaseStream jetstream.Stream
+	subj        Subjects
 }
 
 // Open returns a client for the deployment described by cfg and runs

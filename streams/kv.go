@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -62,7 +63,11 @@ func (c *Client) KVDelete(ctx context.Context, key string, rev uint64) error {
 func (c *Client) KVGet(ctx context.Context, key string) (*KVEntry, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	e, err := c.leases.Get(ctx, key)
+	var e jetstream.KeyValueEntry
+	err := retryRead(ctx, func() (err error) {
+		e, err = c.leases.Get(ctx, key)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		return nil, fmt.Errorf("%w: key %s", ErrNotFound, key)
 	}
@@ -72,22 +77,39 @@ func (c *Client) KVGet(ctx context.Context, key string) (*KVEntry, error) {
 	return &KVEntry{Key: e.Key(), Value: e.Value(), Revision: e.Revision(), Created: e.Created()}, nil
 }
 
-// KVList returns the live entries whose keys start with prefix.
+// KVList returns the live entries whose keys start with prefix. It asks
+// the bucket's leader which keys exist and reads each from the leader, so
+// it sees every write acknowledged before it started.
 func (c *Client) KVList(ctx context.Context, prefix string) ([]KVEntry, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	lister, err := c.leases.ListKeysFiltered(ctx, prefix+">")
+	// A subject filter wildcard only stands for whole tokens: list from the
+	// last '.' of the prefix and keep the keys that really start with it.
+	base := "$KV." + c.cfg.leaseBucket() + "."
+	filter := base + ">"
+	if i := strings.LastIndexByte(prefix, '.'); i >= 0 {
+		filter = base + prefix[:i+1] + ">"
+	}
+	var info *jetstream.StreamInfo
+	err := retryRead(ctx, func() (err error) {
+		info, err = c.leaseStream.Info(ctx, jetstream.WithSubjectFilter(filter))
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("streams: list %s: %w", prefix, err)
 	}
-	var out []KVEntry
-	for key := range lister.Keys() {
-		if !strings.HasPrefix(key, prefix) {
-			continue
+	keys := make([]string, 0, len(info.State.Subjects))
+	for subj := range info.State.Subjects {
+		if key := strings.TrimPrefix(subj, base); strings.HasPrefix(key, prefix) {
+			keys = append(keys, key)
 		}
+	}
+	slices.Sort(keys)
+	var out []KVEntry
+	for _, key := range keys {
 		e, err := c.KVGet(ctx, key)
 		if errors.Is(err, ErrNotFound) {
-			continue // expired between listing and reading
+			continue // deleted or expired
 		}
 		if err != nil {
 			return nil, err

@@ -28,7 +28,47 @@ const (
 	codeWrongLastSequence      jetstream.ErrorCode = 10071
 	codeWrongLastSequenceConst jetstream.ErrorCode = 10164
 	codeMessageTooLarge        jetstream.ErrorCode = 10054
+	// The server cannot decide yet: a publish with the same msg id, or an
+	// expected-sequence check on the subject, is still in flight.
+	codeDuplicateInFlight jetstream.ErrorCode = 10158
+	codeExpectNotReady    jetstream.ErrorCode = 10163
 )
+
+// inFlightRetries bounds how often a publish is repeated while the server
+// reports a write in flight; after that a 10164 is taken as a conflict.
+const inFlightRetries = 8
+
+// pause waits before retry attempt n (0-based): 2ms doubling to 64ms.
+func pause(ctx context.Context, n int) error {
+	t := time.NewTimer(time.Duration(2<<min(n, 5)) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// transientRead reports read errors worth repeating: right after a stream
+// or consumer is created or a leader changes, a server may not know the
+// responder yet.
+func transientRead(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
+}
+
+// retryRead runs read until it succeeds, fails for good, or ctx ends.
+func retryRead(ctx context.Context, read func() error) error {
+	for n := 0; ; n++ {
+		err := read()
+		if err == nil || !transientRead(err) || n >= 10 {
+			return err
+		}
+		if perr := pause(ctx, n); perr != nil {
+			return err
+		}
+	}
+}
 
 // ConflictError is a compare-and-set that lost.
 type ConflictError struct {
@@ -79,7 +119,21 @@ func (c *Client) Append(ctx context.Context, p Publication, expect uint64) (seq 
 	if p.MsgID != "" {
 		opts = append(opts, jetstream.WithMsgID(p.MsgID))
 	}
-	ack, err := c.js.PublishMsg(ctx, m, opts...)
+	var ack *jetstream.PubAck
+	for n := 0; ; n++ {
+		ack, err = c.js.PublishMsg(ctx, m, opts...)
+		code := apiCode(err)
+		inFlight := code == codeDuplicateInFlight || code == codeExpectNotReady ||
+			code == codeWrongLastSequenceConst && p.MsgID != ""
+		if !inFlight || n >= inFlightRetries {
+			break
+		}
+		// Repeat the same publish: it resolves to a dedupe, a landing, or
+		// a settled conflict once the write in flight is decided.
+		if perr := pause(ctx, n); perr != nil {
+			break
+		}
+	}
 	if err == nil {
 		return ack.Sequence, ack.Duplicate, nil
 	}
@@ -150,7 +204,11 @@ func (c *Client) Head(ctx context.Context, subject string) (*Msg, error) {
 	}
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	raw, err := st.GetLastMsgForSubject(ctx, subject)
+	var raw *jetstream.RawStreamMsg
+	err = retryRead(ctx, func() (err error) {
+		raw, err = st.GetLastMsgForSubject(ctx, subject)
+		return err
+	})
 	return fromRaw(raw, err, subject)
 }
 
@@ -163,7 +221,11 @@ func (c *Client) NextOnSubject(ctx context.Context, subject string, seq uint64) 
 	}
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	raw, err := st.GetMsg(ctx, max(seq, 1), jetstream.WithGetMsgSubject(subject))
+	var raw *jetstream.RawStreamMsg
+	err = retryRead(ctx, func() (err error) {
+		raw, err = st.GetMsg(ctx, max(seq, 1), jetstream.WithGetMsgSubject(subject))
+		return err
+	})
 	return fromRaw(raw, err, subject)
 }
 

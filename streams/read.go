@@ -15,6 +15,10 @@ const readBatch = 256
 // (which may hold wildcards) with sequence at least from, up to the last
 // such message stored when Read started. An error from fn stops the read
 // and is returned as it is.
+//
+// Read goes through a consumer, which on a replicated stream may run on a
+// follower a moment behind the leader: use it to scan, and decide writes
+// with Head and NextOnSubject, which ask the leader.
 func (c *Client) Read(ctx context.Context, filter string, from uint64, fn func(*Msg) error) error {
 	st, err := c.streamOf(filter)
 	if err != nil {
@@ -25,7 +29,11 @@ func (c *Client) Read(ctx context.Context, filter string, from uint64, fn func(*
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = from
 	}
-	cons, err := st.OrderedConsumer(ctx, cfg)
+	var cons jetstream.Consumer
+	err = retryRead(ctx, func() (err error) {
+		cons, err = st.OrderedConsumer(ctx, cfg)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("streams: read %s: %w", filter, err)
 	}
@@ -33,7 +41,13 @@ func (c *Client) Read(ctx context.Context, filter string, from uint64, fn func(*
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		batch, err := cons.FetchNoWait(readBatch)
+		var batch jetstream.MessageBatch
+		// A fetch can reach a server that does not know the new consumer
+		// yet; the ordered consumer resumes after the last delivery.
+		err := retryRead(ctx, func() (err error) {
+			batch, err = cons.FetchNoWait(readBatch)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("streams: read %s: %w", filter, err)
 		}
@@ -53,6 +67,9 @@ func (c *Client) Read(ctx context.Context, filter string, from uint64, fn func(*
 			}
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
+			if transientRead(err) {
+				continue
+			}
 			return fmt.Errorf("streams: read %s: %w", filter, err)
 		}
 		if n == 0 {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -155,15 +154,31 @@ func (c Config) streamConfig(s Stream) jetstream.StreamConfig {
 	}
 }
 
-func (c Config) leaseConfig() jetstream.KeyValueConfig {
-	return jetstream.KeyValueConfig{
-		Bucket:         c.leaseBucket(),
-		Description:    "lash leases and node liveness",
-		History:        1,
-		Storage:        jetstream.FileStorage,
-		Replicas:       c.Replicas,
-		LimitMarkerTTL: leaseMarkerTTL,
-		Metadata:       c.metadata(),
+// leaseStreamConfig is the lease bucket's stream, laid out as the KV API
+// lays out a bucket but without direct gets: a lease decision read from a
+// lagging follower could miss a fresh renewal or liveness beat.
+func (c Config) leaseStreamConfig() jetstream.StreamConfig {
+	b := c.leaseBucket()
+	return jetstream.StreamConfig{
+		Name:                   "KV_" + b,
+		Description:            "lash leases and node liveness",
+		Subjects:               []string{"$KV." + b + ".>"},
+		Storage:                jetstream.FileStorage,
+		Retention:              jetstream.LimitsPolicy,
+		Discard:                jetstream.DiscardNew,
+		Replicas:               c.Replicas,
+		MaxMsgsPerSubject:      1,
+		MaxMsgs:                -1,
+		MaxBytes:               -1,
+		MaxMsgSize:             -1,
+		MaxConsumers:           -1,
+		Duplicates:             DefaultDuplicateWindow,
+		AllowRollup:            true,
+		DenyDelete:             true,
+		AllowDirect:            false,
+		AllowMsgTTL:            true,
+		SubjectDeleteMarkerTTL: leaseMarkerTTL,
+		Metadata:               c.metadata(),
 	}
 }
 
@@ -173,83 +188,82 @@ func (c Config) leaseConfig() jetstream.KeyValueConfig {
 func (c *Client) Ensure(ctx context.Context) error {
 	for s := Stream(0); s < numStreams; s++ {
 		want := c.cfg.streamConfig(s)
-		st, err := c.js.CreateStream(ctx, want)
-		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			st, err = c.js.Stream(ctx, want.Name)
-			if err == nil {
-				err = compareStream(want, st.CachedInfo().Config)
-			}
+		if err := c.ensureStream(ctx, want); err != nil {
+			return fmt.Errorf("streams: ensure %s: %w", want.Name, err)
 		}
+		st, err := c.js.Stream(ctx, want.Name)
 		if err != nil {
 			return fmt.Errorf("streams: ensure %s: %w", want.Name, err)
 		}
 		c.streams[s] = st
 	}
-	kvc := c.cfg.leaseConfig()
-	kv, err := c.js.CreateKeyValue(ctx, kvc)
-	if errors.Is(err, jetstream.ErrBucketExists) {
-		if kv, err = c.js.KeyValue(ctx, kvc.Bucket); err == nil {
-			err = c.compareBucket(ctx, kvc)
-		}
+	want := c.cfg.leaseStreamConfig()
+	if err := c.ensureStream(ctx, want); err != nil {
+		return fmt.Errorf("streams: ensure bucket %s: %w", c.cfg.leaseBucket(), err)
 	}
+	kv, err := c.js.KeyValue(ctx, c.cfg.leaseBucket())
 	if err != nil {
-		return fmt.Errorf("streams: ensure bucket %s: %w", kvc.Bucket, err)
+		return fmt.Errorf("streams: bind bucket %s: %w", c.cfg.leaseBucket(), err)
 	}
-	c.leases = kv
+	st, err := c.js.Stream(ctx, want.Name)
+	if err != nil {
+		return fmt.Errorf("streams: bind bucket %s: %w", c.cfg.leaseBucket(), err)
+	}
+	c.leases, c.leaseStream = kv, st
 	return nil
 }
 
-// compareStream checks the fields whose meaning the write rules depend on.
-func compareStream(want, got jetstream.StreamConfig) error {
-	diff := func(field string, w, g any) error {
-		return &SchemaError{Stream: want.Name, Field: field, Want: fmt.Sprint(w), Got: fmt.Sprint(g)}
+// ensureStream creates want, or checks the stream of that name against it.
+func (c *Client) ensureStream(ctx context.Context, want jetstream.StreamConfig) error {
+	_, err := c.js.CreateStream(ctx, want)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		var st jetstream.Stream
+		if st, err = c.js.Stream(ctx, want.Name); err == nil {
+			err = compareStream(want, st.CachedInfo().Config)
+		}
 	}
+	return err
+}
+
+// compareStream checks the fields whose meaning the write rules depend on.
+// Limits of zero or below all mean "unlimited".
+func compareStream(want, got jetstream.StreamConfig) error {
 	if w, g := want.Metadata[metaSchema], got.Metadata[metaSchema]; w != g {
 		if g == "" {
 			g = "absent"
 		}
-		return diff("schema version", w, g)
+		return &SchemaError{Stream: want.Name, Field: "schema version", Want: w, Got: g}
 	}
-	switch {
-	case !slices.Equal(want.Subjects, got.Subjects):
-		return diff("subjects", want.Subjects, got.Subjects)
-	case want.Storage != got.Storage:
-		return diff("storage", want.Storage, got.Storage)
-	case want.Retention != got.Retention:
-		return diff("retention", want.Retention, got.Retention)
-	case want.Replicas != got.Replicas:
-		return diff("replicas", want.Replicas, got.Replicas)
-	case want.AllowAtomicPublish != got.AllowAtomicPublish:
-		return diff("atomic publish", want.AllowAtomicPublish, got.AllowAtomicPublish)
-	case want.AllowDirect != got.AllowDirect:
-		return diff("direct get", want.AllowDirect, got.AllowDirect)
-	case want.Duplicates != got.Duplicates:
-		return diff("duplicate window", want.Duplicates, got.Duplicates)
-	case want.MaxMsgSize != got.MaxMsgSize:
-		return diff("max message size", want.MaxMsgSize, got.MaxMsgSize)
-	case want.MaxAge != got.MaxAge || want.MaxMsgs != got.MaxMsgs || want.MaxBytes != got.MaxBytes:
-		return diff("limits", fmt.Sprintf("age %s msgs %d bytes %d", want.MaxAge, want.MaxMsgs, want.MaxBytes),
-			fmt.Sprintf("age %s msgs %d bytes %d", got.MaxAge, got.MaxMsgs, got.MaxBytes))
+	limit := func(n int64) string {
+		if n <= 0 {
+			return "unlimited"
+		}
+		return strconv.FormatInt(n, 10)
 	}
-	return nil
-}
-
-func (c *Client) compareBucket(ctx context.Context, want jetstream.KeyValueConfig) error {
-	st, err := c.js.Stream(ctx, "KV_"+want.Bucket)
-	if err != nil {
-		return err
+	fields := []struct {
+		name      string
+		want, got any
+	}{
+		{"subjects", want.Subjects, got.Subjects},
+		{"storage", want.Storage, got.Storage},
+		{"retention", want.Retention, got.Retention},
+		{"discard policy", want.Discard, got.Discard},
+		{"replicas", want.Replicas, got.Replicas},
+		{"atomic publish", want.AllowAtomicPublish, got.AllowAtomicPublish},
+		{"direct get", want.AllowDirect, got.AllowDirect},
+		{"message TTL", want.AllowMsgTTL, got.AllowMsgTTL},
+		{"limit marker TTL", want.SubjectDeleteMarkerTTL, got.SubjectDeleteMarkerTTL},
+		{"duplicate window", want.Duplicates, got.Duplicates},
+		{"max message size", limit(int64(want.MaxMsgSize)), limit(int64(got.MaxMsgSize))},
+		{"max age", want.MaxAge, got.MaxAge},
+		{"max messages", limit(want.MaxMsgs), limit(got.MaxMsgs)},
+		{"max bytes", limit(want.MaxBytes), limit(got.MaxBytes)},
+		{"messages per subject", limit(want.MaxMsgsPerSubject), limit(got.MaxMsgsPerSubject)},
 	}
-	got := st.CachedInfo().Config
-	name := "bucket " + want.Bucket
-	switch {
-	case got.Metadata[metaSchema] != want.Metadata[metaSchema]:
-		return &SchemaError{Stream: name, Field: "schema version", Want: want.Metadata[metaSchema], Got: fmt.Sprintf("%q", got.Metadata[metaSchema])}
-	case got.Replicas != want.Replicas:
-		return &SchemaError{Stream: name, Field: "replicas", Want: fmt.Sprint(want.Replicas), Got: fmt.Sprint(got.Replicas)}
-	case got.SubjectDeleteMarkerTTL != want.LimitMarkerTTL:
-		return &SchemaError{Stream: name, Field: "limit marker TTL", Want: want.LimitMarkerTTL.String(), Got: got.SubjectDeleteMarkerTTL.String()}
-	case got.MaxMsgsPerSubject != int64(want.History):
-		return &SchemaError{Stream: name, Field: "history", Want: fmt.Sprint(want.History), Got: fmt.Sprint(got.MaxMsgsPerSubject)}
+	for _, f := range fields {
+		if w, g := fmt.Sprint(f.want), fmt.Sprint(f.got); w != g {
+			return &SchemaError{Stream: want.Name, Field: f.name, Want: w, Got: g}
+		}
 	}
 	return nil
 }

@@ -1,0 +1,21 @@
+package conformance_test
+
+import (
+	"testing"
+
+	"github.com/lash-run/lash/conformance"
+	"github.com/lash-run/lash/testenv"
+)
+
+func TestSingleServer(t *testing.T) {
+	srv := testenv.RunJetStream(t)
+	conformance.Run(t, conformance.Env{Name: "single server", Replicas: 1, Conn: srv.Conn})
+}
+
+func TestCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a three-node cluster in -short mode")
+	}
+	c := testenv.RunCluster(t, 3)
+	conformance.Run(t, conformance.Env{Name: "3-node cluster", Replicas: 3, Conn: c.Conn})
+}
