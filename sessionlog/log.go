@@ -101,6 +101,7 @@ func (l *Log) Head(ctx context.Context, session string) (Head, error) {
 // writes: a head written by anyone else fails the compare-and-set.
 type Position struct {
 	session string
+	subject string
 	seq     uint64
 	token   uint64
 }
@@ -137,7 +138,7 @@ func (l *Log) Fence(ctx context.Context, session string, token uint64, owner str
 		case head.Entry.Token > token:
 			return Position{}, &FencedError{Session: session, Token: token, Holder: head.Entry.Token, Seq: head.Seq}
 		case head.Entry.Token == token:
-			return Position{session: session, seq: head.Seq, token: token}, nil
+			return Position{session: session, subject: subj, seq: head.Seq, token: token}, nil
 		}
 	}
 	data, err := encodeEntry(&Entry{Kind: KindFence, Token: token, Owner: owner})
@@ -148,7 +149,7 @@ func (l *Log) Fence(ctx context.Context, session string, token uint64, owner str
 	if err != nil {
 		return Position{}, err
 	}
-	return Position{session: session, seq: seq, token: token}, nil
+	return Position{session: session, subject: subj, seq: seq, token: token}, nil
 }
 
 // msgID scopes a msg id to one session's subject: JetStream dedupes msg
@@ -169,15 +170,11 @@ func msgID(subject, kind, id string) string { return kind + ":" + subject + ":" 
 // holder finds what older holders committed with FindCommit before
 // committing a turn it recovers.
 func (l *Log) Commit(ctx context.Context, pos Position, turn string, body []byte) (Position, error) {
-	session, token, expect := pos.session, pos.token, pos.seq
-	if token == 0 || turn == "" {
+	session, subj, token, expect := pos.session, pos.subject, pos.token, pos.seq
+	if token == 0 || subj == "" || turn == "" {
 		return Position{}, fmt.Errorf("%w: a commit needs a turn id and a position from Fence or Commit", ErrInvalid)
 	}
-	subj, err := l.s.Subjects().SessionEvents(session)
-	if err != nil {
-		return Position{}, fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	at := func(seq uint64) Position { return Position{session: session, seq: seq, token: token} }
+	at := func(seq uint64) Position { return Position{session: session, subject: subj, seq: seq, token: token} }
 	want := &Entry{Kind: KindCommit, Token: token, Turn: turn, Hash: ContentHash(body), Body: body}
 	data, err := encodeEntry(want)
 	if err != nil {
