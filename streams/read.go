@@ -8,13 +8,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// readBatch is how many messages one fetch asks for.
-const readBatch = 256
-
 // Read calls fn, in stream order, for every message that matches filter
-// (which may hold wildcards) with sequence at least from, up to the last
-// such message stored when Read started. An error from fn stops the read
-// and is returned as it is.
+// (which may hold wildcards) with sequence at least from, until it has
+// caught up with the messages stored. An error from fn stops the read and
+// is returned as it is.
 //
 // Read goes through a consumer, which on a replicated stream may run on a
 // follower a moment behind the leader: use it to scan, and decide writes
@@ -24,59 +21,24 @@ func (c *Client) Read(ctx context.Context, filter string, from uint64, fn func(*
 	if err != nil {
 		return err
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
-	if from > 1 {
-		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-		cfg.OptStartSeq = from
-	}
-	var cons jetstream.Consumer
-	err = retryRead(ctx, func() (err error) {
-		cons, err = st.OrderedConsumer(ctx, cfg)
+	// A consumer with nothing to deliver would wait: look first.
+	if _, err := c.NextOnSubject(ctx, filter, from); errors.Is(err, ErrNotFound) {
+		return nil
+	} else if err != nil {
 		return err
+	}
+	return c.tail(ctx, st, []string{filter}, from, func(m *Msg, pending uint64) error {
+		if err := fn(m); err != nil {
+			return err
+		}
+		if pending == 0 {
+			return errCaughtUp
+		}
+		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("streams: read %s: %w", filter, err)
-	}
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		var batch jetstream.MessageBatch
-		// A fetch can reach a server that does not know the new consumer
-		// yet; the ordered consumer resumes after the last delivery.
-		err := retryRead(ctx, func() (err error) {
-			batch, err = cons.FetchNoWait(readBatch)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("streams: read %s: %w", filter, err)
-		}
-		n := 0
-		for raw := range batch.Messages() {
-			n++
-			meta, err := raw.Metadata()
-			if err != nil {
-				return fmt.Errorf("streams: read %s: %w", filter, err)
-			}
-			m := &Msg{Subject: raw.Subject(), Seq: meta.Sequence.Stream, Header: raw.Headers(), Data: raw.Data(), Time: meta.Timestamp}
-			if err := fn(m); err != nil {
-				return err
-			}
-			if meta.NumPending == 0 {
-				return nil
-			}
-		}
-		if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) {
-			if transientRead(err) {
-				continue
-			}
-			return fmt.Errorf("streams: read %s: %w", filter, err)
-		}
-		if n == 0 {
-			return nil
-		}
-	}
 }
+
+var errCaughtUp = errors.New("caught up")
 
 // Purge removes every message matching filter, for lifecycle rules such as
 // dropping a committed turn's journal.

@@ -1,0 +1,24 @@
+// Package projector folds JetStream streams into Pebble read models.
+//
+// A Projector tails one stream through an ordered consumer (no state on
+// the server) and applies each message to its Folds inside a Pebble batch
+// that also stores the last applied stream sequence. A projector stopped at
+// any point, even between two messages of a batch, resumes from that
+// sequence and applies nothing twice. Messages of an atomic batch are
+// buffered until the batch's commit message and applied together, so a
+// read model never holds part of a batch.
+//
+// A message a fold cannot decode is set aside (Quarantine lists it, with
+// the reason) and the projection goes on. Read models are caches: Rebuild
+// throws one away and folds the stream again from its start, and the result
+// equals the incremental one (ARCHITECTURE.md §9, invariant 7).
+//
+// Readers that need their own write wait for its stream sequence with
+// WaitFor. The Sessions fold keeps, per session: its head (revision,
+// fence, status, turns, last outcome, usage, inputs pending), its commit
+// stamps by turn id, its turns in order, and its transcript.
+//
+// Pebble is opened with the newest format and a logger that keeps only
+// errors. Writes are not synced: a projection lost in a crash is folded
+// again from the stream.
+package projector

@@ -1,0 +1,355 @@
+package projector
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/lash-run/lash/streams"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Errors.
+var (
+	// ErrPoison: a fold cannot apply a message. Folds wrap it; the
+	// projector sets the message aside and goes on.
+	ErrPoison = errors.New("projector: message cannot be folded")
+	// ErrNotFound: the read model has no such entry.
+	ErrNotFound = errors.New("projector: not found")
+)
+
+// Flusher is a Fold that keeps state between messages of one Txn (say, a
+// head it updates many times); Flush writes it before the Txn commits.
+type Flusher interface {
+	Flush(tx *Txn) error
+}
+
+// Fold turns stream messages into read-model entries. Apply must be a pure
+// function of the message and what the fold wrote before: a rebuild from
+// zero must give the same entries. It validates before it writes, and
+// returns an error wrapping ErrPoison for a message it cannot apply.
+type Fold interface {
+	Name() string
+	Apply(tx *Txn, m *streams.Msg) error
+}
+
+// Source is what the projector reads from.
+type Source interface {
+	Tail(ctx context.Context, s streams.Stream, filters []string, from uint64, fn func(*streams.Msg, uint64) error) error
+	Read(ctx context.Context, filter string, from uint64, fn func(*streams.Msg) error) error
+}
+
+// Config says what to fold.
+type Config struct {
+	Stream streams.Stream
+	// Filter selects the stream's subjects to fold.
+	Filter string
+	Folds  []Fold
+	// BatchSize caps the messages applied in one Pebble batch. Default 1024.
+	BatchSize int
+}
+
+// Keys outside the folds' own space.
+var (
+	keyCursor     = []byte("m/cursor")
+	prefixQuarant = []byte("q/")
+)
+
+// Projector folds one stream into a Pebble store. The last applied stream
+// sequence is written in the same batch as the fold's entries, so a
+// projector stopped at any point resumes without applying anything twice.
+type Projector struct {
+	db  *pebble.DB
+	src Source
+	cfg Config
+
+	applied atomic.Uint64
+	mu      sync.Mutex
+	moved   chan struct{} // closed and replaced whenever applied moves
+	runMu   sync.Mutex    // one fold loop at a time
+}
+
+// Open opens (or creates) the store in dir.
+func Open(dir string, src Source, cfg Config) (*Projector, error) {
+	if len(cfg.Folds) == 0 || cfg.Filter == "" {
+		return nil, errors.New("projector: a projector needs folds and a subject filter")
+	}
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 1024
+	}
+	opts := &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: quiet{},
+		// A rebuild writes fast; larger memtables mean fewer flushes and
+		// compactions competing with the fold.
+		MemTableSize: 64 << 20}
+	for i := range opts.Levels {
+		// Folds mostly look up keys that do not exist yet.
+		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	db, err := pebble.Open(dir, opts)
+	if err != nil {
+		return nil, fmt.Errorf("projector: open %s: %w", dir, err)
+	}
+	p := &Projector{db: db, src: src, cfg: cfg, moved: make(chan struct{})}
+	cur, err := p.readCursor()
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	p.applied.Store(cur)
+	return p, nil
+}
+
+// quiet drops Pebble's informational chatter; its errors go to the default
+// slog logger (Pebble also returns them to the calls that hit them).
+type quiet struct{}
+
+func (quiet) Infof(string, ...any)      {}
+func (quiet) Errorf(f string, a ...any) { slog.Error("pebble: " + fmt.Sprintf(f, a...)) }
+func (quiet) Fatalf(f string, a ...any) { panic(fmt.Sprintf("pebble: "+f, a...)) }
+
+func (p *Projector) readCursor() (uint64, error) {
+	v, closer, err := p.db.Get(keyCursor)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("projector: read cursor: %w", err)
+	}
+	defer closer.Close()
+	if len(v) != 8 {
+		return 0, fmt.Errorf("projector: cursor of %d bytes", len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// Close closes the store.
+func (p *Projector) Close() error { return p.db.Close() }
+
+// Applied is the last stream sequence folded into the store.
+func (p *Projector) Applied() uint64 { return p.applied.Load() }
+
+// Run folds the stream from the cursor on, for as long as ctx lives.
+func (p *Projector) Run(ctx context.Context) error { return p.run(ctx, true) }
+
+// CatchUp folds the stream up to its last message at the time of the call.
+func (p *Projector) CatchUp(ctx context.Context) error { return p.run(ctx, false) }
+
+// Rebuild forgets everything and folds the stream again from its start.
+func (p *Projector) Rebuild(ctx context.Context) error {
+	p.runMu.Lock()
+	b := p.db.NewBatch()
+	if err := b.DeleteRange([]byte{0}, []byte{0xff}, nil); err != nil {
+		p.runMu.Unlock()
+		return err
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		p.runMu.Unlock()
+		return fmt.Errorf("projector: clear: %w", err)
+	}
+	p.advance(0)
+	p.runMu.Unlock()
+	return p.CatchUp(ctx)
+}
+
+// WaitFor blocks until the store has folded stream sequence seq: a reader
+// that wrote at seq then reads its own write.
+func (p *Projector) WaitFor(ctx context.Context, seq uint64) error {
+	for {
+		p.mu.Lock()
+		ch := p.moved
+		p.mu.Unlock()
+		if p.Applied() >= seq {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("projector: waiting for sequence %d (at %d): %w", seq, p.Applied(), ctx.Err())
+		}
+	}
+}
+
+// memoLimit bounds the state folds keep between batches of one run.
+const memoLimit = 100_000
+
+// run folds from the cursor on: tailing for as long as ctx lives, or up to
+// the last message stored when it started. Folding the next batch overlaps
+// the commit of the previous one.
+func (p *Projector) run(ctx context.Context, tail bool) (err error) {
+	p.runMu.Lock()
+	defer p.runMu.Unlock()
+	memo := map[string]any{}
+	var inflight chan error // the commit in flight, if any
+	wait := func() error {
+		if inflight == nil {
+			return nil
+		}
+		err := <-inflight
+		inflight = nil
+		return err
+	}
+	tx := p.newTxn(memo, wait)
+	defer func() {
+		if werr := wait(); err == nil && werr != nil {
+			err = fmt.Errorf("projector: commit: %w", werr)
+		}
+		tx.b.Close()
+	}()
+	var open []*streams.Msg // messages of an atomic batch not committed yet
+	cursor, n := p.Applied(), 0
+	flush := func() error {
+		if n == 0 {
+			return nil
+		}
+		for _, f := range p.cfg.Folds {
+			if fl, ok := f.(Flusher); ok {
+				tx.fold = f.Name()
+				if err := fl.Flush(tx); err != nil {
+					return fmt.Errorf("projector: fold %s: flush: %w", f.Name(), err)
+				}
+			}
+		}
+		if err := tx.b.Set(keyCursor, binary.BigEndian.AppendUint64(nil, cursor), nil); err != nil {
+			return err
+		}
+		if err := wait(); err != nil {
+			return fmt.Errorf("projector: commit: %w", err)
+		}
+		b, at := tx.b, cursor
+		done := make(chan error, 1)
+		go func() {
+			err := b.Commit(pebble.NoSync)
+			b.Close()
+			if err == nil {
+				p.advance(at)
+			}
+			done <- err
+		}()
+		inflight = done
+		if len(memo) > memoLimit {
+			if err := wait(); err != nil {
+				return fmt.Errorf("projector: commit: %w", err)
+			}
+			clear(memo)
+		}
+		tx = p.newTxn(memo, wait)
+		n = 0
+		return nil
+	}
+	handle := func(m *streams.Msg) error {
+		if id := m.BatchID(); id != "" {
+			if len(open) > 0 && open[0].BatchID() != id {
+				open = open[:0] // a batch the server never committed
+			}
+			open = append(open, m)
+			if !m.IsBatchCommit() {
+				return nil
+			}
+			for _, bm := range open {
+				if err := p.apply(tx, bm); err != nil {
+					return err
+				}
+			}
+			open = open[:0]
+		} else if err := p.apply(tx, m); err != nil {
+			return err
+		}
+		cursor = m.Seq
+		n++
+		return nil
+	}
+	if !tail {
+		err := p.src.Read(ctx, p.cfg.Filter, cursor+1, func(m *streams.Msg) error {
+			if err := handle(m); err != nil {
+				return err
+			}
+			if n >= p.cfg.BatchSize {
+				return flush()
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		return flush()
+	}
+	return p.src.Tail(ctx, p.cfg.Stream, []string{p.cfg.Filter}, cursor+1, func(m *streams.Msg, pending uint64) error {
+		if err := handle(m); err != nil {
+			return err
+		}
+		if n >= p.cfg.BatchSize || pending == 0 {
+			return flush()
+		}
+		return nil
+	})
+}
+
+func (p *Projector) advance(seq uint64) {
+	p.applied.Store(seq)
+	p.mu.Lock()
+	close(p.moved)
+	p.moved = make(chan struct{})
+	p.mu.Unlock()
+}
+
+// apply runs every fold on m; a poisoned message is set aside.
+func (p *Projector) apply(tx *Txn, m *streams.Msg) error {
+	for _, f := range p.cfg.Folds {
+		tx.fold = f.Name()
+		err := f.Apply(tx, m)
+		if errors.Is(err, ErrPoison) {
+			if err := quarantine(tx, m, f.Name(), err); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("projector: fold %s at sequence %d: %w", f.Name(), m.Seq, err)
+		}
+	}
+	return nil
+}
+
+// Poison is a message set aside.
+type Poison struct {
+	Seq     uint64 `msgpack:"s"`
+	Subject string `msgpack:"j"`
+	Fold    string `msgpack:"f"`
+	Reason  string `msgpack:"r"`
+	// Data is the message's payload, cut at 64 KiB.
+	Data []byte `msgpack:"d"`
+}
+
+func quarantine(tx *Txn, m *streams.Msg, fold string, why error) error {
+	data := m.Data
+	if len(data) > 64<<10 {
+		data = data[:64<<10]
+	}
+	v, err := msgpack.Marshal(&Poison{Seq: m.Seq, Subject: m.Subject, Fold: fold, Reason: why.Error(), Data: data})
+	if err != nil {
+		return err
+	}
+	key := binary.BigEndian.AppendUint64(append([]byte(nil), prefixQuarant...), m.Seq)
+	key = append(key, fold...)
+	return tx.b.Set(key, v, nil)
+}
+
+// Quarantine lists the messages set aside, in stream order.
+func (p *Projector) Quarantine() ([]Poison, error) {
+	var out []Poison
+	err := scan(p.db, prefixQuarant, func(_, v []byte) error {
+		var q Poison
+		if err := msgpack.Unmarshal(v, &q); err != nil {
+			return err
+		}
+		out = append(out, q)
+		return nil
+	})
+	return out, err
+}

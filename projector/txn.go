@@ -1,0 +1,151 @@
+package projector
+
+import (
+	"errors"
+	"io"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// Txn is the write side a fold sees while applying messages: reads see the
+// batch's own writes. Keys are scoped to the fold.
+type Txn struct {
+	b    *pebble.Batch
+	fold string
+	// memo lives for the whole run; dirty names what this Txn changed.
+	memo  map[string]any
+	dirty map[string]struct{}
+	// settle waits for the previous batch's commit, so reads see it.
+	settle func() error
+}
+
+func (p *Projector) newTxn(memo map[string]any, settle func() error) *Txn {
+	return &Txn{b: p.db.NewIndexedBatch(), memo: memo, dirty: map[string]struct{}{}, settle: settle}
+}
+
+func foldKey(fold string, key []byte) []byte {
+	k := make([]byte, 0, 2+len(fold)+1+len(key))
+	k = append(k, 'f', '/')
+	k = append(k, fold...)
+	k = append(k, '/')
+	return append(k, key...)
+}
+
+// Get returns a copy of the value at key, or ErrNotFound. It sees what
+// earlier batches and this one wrote.
+func (t *Txn) Get(key []byte) ([]byte, error) {
+	if err := t.settle(); err != nil {
+		return nil, err
+	}
+	return get(t.b, foldKey(t.fold, key))
+}
+
+// Set writes value at key.
+func (t *Txn) Set(key, value []byte) error { return t.b.Set(foldKey(t.fold, key), value, nil) }
+
+// Delete removes key.
+func (t *Txn) Delete(key []byte) error { return t.b.Delete(foldKey(t.fold, key), nil) }
+
+// Scan calls fn for every key with the prefix, from the first at or above
+// prefix+from, in order, with the prefix removed.
+func (t *Txn) Scan(prefix, from []byte, fn func(key, value []byte) error) error {
+	if err := t.settle(); err != nil {
+		return err
+	}
+	full := foldKey(t.fold, prefix)
+	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: append(append([]byte(nil), full...), from...), UpperBound: prefixEnd(full)})
+	if err != nil {
+		return err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		v, err := it.ValueAndErr()
+		if err == nil {
+			err = fn(it.Key()[len(full):], v)
+		}
+		if err != nil {
+			it.Close()
+			return err
+		}
+	}
+	return it.Close()
+}
+
+// Memo is state a fold keeps between messages and batches of one run,
+// keyed within the fold: what it cached must equal what it wrote.
+func (t *Txn) Memo(key string) (any, bool) {
+	v, ok := t.memo[t.fold+"/"+key]
+	return v, ok
+}
+
+// SetMemo caches v under key and marks it changed in this Txn.
+func (t *Txn) SetMemo(key string, v any) {
+	t.memo[t.fold+"/"+key] = v
+	t.dirty[t.fold+"/"+key] = struct{}{}
+}
+
+// Changed calls fn for every memo key of the fold set in this Txn.
+func (t *Txn) Changed(fn func(key string, v any) error) error {
+	prefix := t.fold + "/"
+	for k := range t.dirty {
+		if rest, ok := strings.CutPrefix(k, prefix); ok {
+			if err := fn(rest, t.memo[k]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// getter is what Pebble's DB, snapshots and batches share for point reads.
+type getter interface {
+	Get(key []byte) ([]byte, io.Closer, error)
+}
+
+type iterable interface {
+	NewIter(o *pebble.IterOptions) (*pebble.Iterator, error)
+}
+
+func get(r getter, key []byte) ([]byte, error) {
+	v, closer, err := r.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := append([]byte(nil), v...)
+	return out, closer.Close()
+}
+
+// scan visits every key with prefix, in order. Keys and values are only
+// valid during the call.
+func scan(r iterable, prefix []byte, fn func(key, value []byte) error) error {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		v, err := it.ValueAndErr()
+		if err == nil {
+			err = fn(it.Key(), v)
+		}
+		if err != nil {
+			it.Close()
+			return err
+		}
+	}
+	return it.Close()
+}
+
+// prefixEnd is the smallest key above every key with prefix.
+func prefixEnd(prefix []byte) []byte {
+	end := append([]byte(nil), prefix...)
+	for i := len(end) - 1; i >= 0; i-- {
+		if end[i] < 0xff {
+			end[i]++
+			return end[:i+1]
+		}
+	}
+	return nil
+}

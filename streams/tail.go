@@ -1,0 +1,87 @@
+package streams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Tail calls fn for every message of stream s matching filters, from
+// sequence from on, in order, as they are stored, until ctx ends (it then
+// returns ctx.Err()) or fn returns an error (returned as it is). pending is
+// how many matching messages were stored after m when m was delivered: 0
+// means the reader has caught up. Tail keeps no state on the server; a
+// restarted reader resumes from its own cursor.
+func (c *Client) Tail(ctx context.Context, s Stream, filters []string, from uint64, fn func(m *Msg, pending uint64) error) error {
+	return c.tail(ctx, c.streams[s], filters, from, fn)
+}
+
+func (c *Client) tail(ctx context.Context, st jetstream.Stream, filters []string, from uint64, fn func(m *Msg, pending uint64) error) error {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters}
+	if from > 1 {
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = from
+	}
+	var cons jetstream.Consumer
+	err := retryRead(ctx, func() (err error) {
+		cons, err = st.OrderedConsumer(ctx, cfg)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("streams: tail %s: %w", st.CachedInfo().Config.Name, err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("streams: tail %s: %w", st.CachedInfo().Config.Name, err)
+	}
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
+	defer it.Stop()
+	for {
+		raw, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				return ctx.Err()
+			}
+			return fmt.Errorf("streams: tail %s: %w", st.CachedInfo().Config.Name, err)
+		}
+		meta, err := raw.Metadata()
+		if err != nil {
+			return fmt.Errorf("streams: tail %s: %w", st.CachedInfo().Config.Name, err)
+		}
+		m := &Msg{Subject: raw.Subject(), Seq: meta.Sequence.Stream, Header: raw.Headers(), Data: raw.Data(), Time: meta.Timestamp}
+		if err := fn(m, meta.NumPending); errors.Is(err, errCaughtUp) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
+}
+
+// LastSeq is the sequence of the last message stored in stream s, as its
+// leader reports it.
+func (c *Client) LastSeq(ctx context.Context, s Stream) (uint64, error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	var info *jetstream.StreamInfo
+	err := retryRead(ctx, func() (err error) {
+		info, err = c.streams[s].Info(ctx)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("streams: info %s: %w", c.cfg.streamName(s), err)
+	}
+	return info.State.LastSeq, nil
+}
+
+// IsBatchCommit and BatchID read the atomic batch headers a stored message
+// keeps, so readers can apply a batch all or nothing.
+func (m *Msg) BatchID() string { return m.Header.Get(hdrBatchID) }
+
+// IsBatchCommit reports whether m is the last message of its atomic batch.
+func (m *Msg) IsBatchCommit() bool { return m.Header.Get(hdrBatchCommit) != "" }

@@ -1,0 +1,41 @@
+package tools
+
+import (
+	"context"
+
+	"github.com/lash-run/lash/turn"
+)
+
+// CallInfo describes the run of one call. The Runner puts it in the context
+// it passes to Tool.Call; read it with Info.
+type CallInfo struct {
+	// Key is the call's replay key. It is the same on every attempt, on every
+	// worker, so it serves as the idempotency key of the call's side effects.
+	Key turn.ReplayKey
+	// Attempt counts runs of this call, from 1.
+	Attempt int
+	// InDoubt is set when an earlier attempt may have run, in part or in
+	// full, without its outcome being recorded (a worker died mid-call). A
+	// tool with side effects checks, by Key, whether they already happened.
+	InDoubt bool
+	// Decision is set when a decision resumed a suspended call; in
+	// ResumePassToTool mode the tool reads its Payload. It is a copy.
+	Decision *turn.Decision
+}
+
+// IdempotencyKey is Key as text, for APIs that take an idempotency key.
+func (c CallInfo) IdempotencyKey() string { return c.Key.String() }
+
+type infoKey struct{}
+
+// NewContext returns a context carrying info, for running a tool outside a
+// Runner (in its own tests, say).
+func NewContext(ctx context.Context, info CallInfo) context.Context {
+	return context.WithValue(ctx, infoKey{}, info)
+}
+
+// Info returns the CallInfo the context carries.
+func Info(ctx context.Context) (CallInfo, bool) {
+	info, ok := ctx.Value(infoKey{}).(CallInfo)
+	return info, ok
+}
