@@ -249,11 +249,16 @@ type countFold struct{}
 func (countFold) Name() string { return "count" }
 func (countFold) Apply(tx *projector.Txn, m *streams.Msg) error {
 	k := fmt.Appendf(nil, "%020d", m.Seq)
-	v, err := tx.Get(k)
-	if err != nil && !errors.Is(err, projector.ErrNotFound) {
+	n := 0
+	if v, ok := tx.Memo(string(k)); ok {
+		n = v.(int)
+	} else if v, err := tx.Get(k); err == nil {
+		fmt.Sscan(string(v), &n)
+	} else if !errors.Is(err, projector.ErrNotFound) {
 		return err
 	}
-	return tx.Set(k, []byte(fmt.Sprint(len(v)+1)))
+	tx.SetMemo(string(k), n+1)
+	return tx.Set(k, []byte(fmt.Sprint(n+1)))
 }
 
 // A projector stopped after a Pebble write, before the next message, and

@@ -54,6 +54,8 @@ type TurnInfo struct {
 	// FirstMessage and Messages locate the turn's messages in the transcript.
 	FirstMessage int `msgpack:"fm"`
 	Messages     int `msgpack:"m"`
+	// Body is the commit's body as committed: the turn's messages.
+	Body msgpack.RawMessage `msgpack:"b"`
 }
 
 // TranscriptEntry is one message of a session's transcript.
@@ -67,9 +69,9 @@ type TranscriptEntry struct {
 // Keys, under the fold's space (<s> is the session's subject token):
 //
 //	h/<s>                  SessionHead
-//	t/<s>/<turn token>     TurnInfo, the commit stamp by turn id
+//	t/<s>/<turn token>     TurnInfo, the commit stamp by turn id, with the
+//	                       commit's body: the turn's messages
 //	o/<s>/<ordinal>        turn id, in commit order
-//	m/<s>/<ordinal>        the turn's id and commit body: its messages
 //	i/<s>/<seq>            an input, by stream sequence
 type Sessions struct{ prefix string }
 
@@ -180,14 +182,6 @@ func (n *arrayLen) DecodeMsgpack(d *msgpack.Decoder) error {
 	return nil
 }
 
-// turnMessages is the transcript value of one turn: its id and its
-// commit's body, as committed.
-type turnMessages struct {
-	Turn  string             `msgpack:"t"`
-	First int                `msgpack:"f"`
-	Body  msgpack.RawMessage `msgpack:"b"`
-}
-
 func (f *Sessions) commit(tx *Txn, tok string, head *SessionHead, seq uint64, e *sessionlog.Entry, body *bodySummary) error {
 	turnTok, err := streams.Token(e.Turn)
 	if err != nil {
@@ -200,13 +194,7 @@ func (f *Sessions) commit(tx *Txn, tok string, head *SessionHead, seq uint64, e 
 	info := TurnInfo{Turn: e.Turn, Ordinal: head.Turns + 1, Seq: seq, Hash: e.Hash, Token: e.Token,
 		Status: out.Status, Termination: out.Termination, Usage: out.Usage, Iterations: out.Iterations,
 		FirstMessage: head.Messages, Messages: int(out.Messages)}
-	tm, err := msgpack.Marshal(&turnMessages{Turn: e.Turn, First: head.Messages, Body: e.Body})
-	if err != nil {
-		return err
-	}
-	if err := tx.Set(key([]byte("m"), []byte(tok), u64(uint64(info.Ordinal))), tm); err != nil {
-		return err
-	}
+	info.Body = e.Body
 	v, err := msgpack.Marshal(&info)
 	if err != nil {
 		return err
@@ -353,26 +341,24 @@ func (p *Projector) Turns(session string) ([]TurnInfo, error) {
 
 // Transcript returns a session's messages from index from on.
 func (p *Projector) Transcript(session string, from int) ([]TranscriptEntry, error) {
-	tok, err := streams.Token(session)
+	turns, err := p.Turns(session)
 	if err != nil {
 		return nil, err
 	}
 	var out []TranscriptEntry
-	err = scan(p.db, p.sessionsKey([]byte("m"), []byte(tok), nil), func(_, v []byte) error {
-		var tm turnMessages
-		if err := msgpack.Unmarshal(v, &tm); err != nil {
-			return err
+	for _, t := range turns {
+		if t.FirstMessage+t.Messages <= from {
+			continue
 		}
-		body, err := sessionlog.DecodeTurnBody(tm.Body)
+		body, err := sessionlog.DecodeTurnBody(t.Body)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for i, msg := range body.Outcome.Messages {
-			if tm.First+i >= from {
-				out = append(out, TranscriptEntry{Index: tm.First + i, Turn: tm.Turn, Message: msg})
+			if t.FirstMessage+i >= from {
+				out = append(out, TranscriptEntry{Index: t.FirstMessage + i, Turn: t.Turn, Message: msg})
 			}
 		}
-		return nil
-	})
-	return out, err
+	}
+	return out, nil
 }

@@ -8,9 +8,12 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// Txn is the write side a fold sees while applying messages: reads see the
-// batch's own writes. Keys are scoped to the fold.
+// Txn is the write side a fold sees while applying messages. Keys are
+// scoped to the fold. Reads see what earlier batches wrote, not this
+// batch's own writes: a fold keeps what it needs between messages in the
+// memo (SetMemo), which lives for the whole run.
 type Txn struct {
+	db   *pebble.DB
 	b    *pebble.Batch
 	fold string
 	// memo lives for the whole run; dirty names what this Txn changed.
@@ -21,7 +24,7 @@ type Txn struct {
 }
 
 func (p *Projector) newTxn(memo map[string]any, settle func() error) *Txn {
-	return &Txn{b: p.db.NewIndexedBatch(), memo: memo, dirty: map[string]struct{}{}, settle: settle}
+	return &Txn{db: p.db, b: p.db.NewBatch(), memo: memo, dirty: map[string]struct{}{}, settle: settle}
 }
 
 func foldKey(fold string, key []byte) []byte {
@@ -32,13 +35,13 @@ func foldKey(fold string, key []byte) []byte {
 	return append(k, key...)
 }
 
-// Get returns a copy of the value at key, or ErrNotFound. It sees what
-// earlier batches and this one wrote.
+// Get returns a copy of the value at key as earlier batches left it, or
+// ErrNotFound.
 func (t *Txn) Get(key []byte) ([]byte, error) {
 	if err := t.settle(); err != nil {
 		return nil, err
 	}
-	return get(t.b, foldKey(t.fold, key))
+	return get(t.db, foldKey(t.fold, key))
 }
 
 // Set writes value at key.
@@ -47,14 +50,14 @@ func (t *Txn) Set(key, value []byte) error { return t.b.Set(foldKey(t.fold, key)
 // Delete removes key.
 func (t *Txn) Delete(key []byte) error { return t.b.Delete(foldKey(t.fold, key), nil) }
 
-// Scan calls fn for every key with the prefix, from the first at or above
-// prefix+from, in order, with the prefix removed.
+// Scan calls fn for every key with the prefix as earlier batches left them,
+// from the first at or above prefix+from, in order, with the prefix removed.
 func (t *Txn) Scan(prefix, from []byte, fn func(key, value []byte) error) error {
 	if err := t.settle(); err != nil {
 		return err
 	}
 	full := foldKey(t.fold, prefix)
-	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: append(append([]byte(nil), full...), from...), UpperBound: prefixEnd(full)})
+	it, err := t.db.NewIter(&pebble.IterOptions{LowerBound: append(append([]byte(nil), full...), from...), UpperBound: prefixEnd(full)})
 	if err != nil {
 		return err
 	}
