@@ -50,4 +50,9 @@
 // with LASH_TEST_NATS_LOG=debug nats-server's debug log (Raft votes and
 // elections among others) goes there too. A server error that nats-server
 // would treat as fatal always fails the test.
+//
+// RunModelServer serves an OpenAI-compatible Chat Completions API on
+// loopback from a provider/scripted script, streaming when asked, and
+// counts every request by a hash of its content: the tests' proof that a
+// recorded model call was not made again.
 package testenv
