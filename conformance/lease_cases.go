@@ -536,3 +536,29 @@ func testLeaseReadYourWrites(t *testing.T, env Env) {
 			rounds, notAlive, notListed, stolen, last[:min(len(last), 3)])
 	}
 }
+
+// testUnreadableLiveness: a liveness key whose value cannot be read is no
+// evidence that its node died: a live holder keeps its lease.
+func testUnreadableLiveness(t *testing.T, env Env) {
+	ctx := testCtx(t)
+	d := open(t, env, streams.Config{})
+	holder := leases.Owner{ID: "holder", Incarnation: "i1", Host: "elsewhere"}
+	a := beating(t, ctx, d.client, holder)
+	key := leaseKey(t, "unreadable")
+	claim(t, ctx, a, key, longTTL)
+	nodeKey, err := leases.Key("node", "holder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := d.client.KVGet(ctx, nodeKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.client.KVSwap(ctx, nodeKey, []byte{0xc1}, e.Revision, longTTL); err != nil {
+		t.Fatal(err)
+	}
+	b := node(t, ctx, d.client, "claimant")
+	if _, err := b.Claim(ctx, key, longTTL); !errors.Is(err, leases.ErrBusy) {
+		t.Fatalf("claim over a holder with an unreadable liveness key: %v, want ErrBusy", err)
+	}
+}

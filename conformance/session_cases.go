@@ -319,8 +319,10 @@ func testChangedHash(t *testing.T, env Env) {
 	wantConflict("changed body after another commit", seqY)
 	// The same content is the same commit, wherever it is retried within
 	// the window.
-	if got, err := lg.Commit(ctx, seqY, "turn-x", body("turn-x")); err != nil || got.Seq() != seqX.Seq() {
-		t.Fatalf("same stamp at a newer head: %+v, %v; want %d", got, err, seqX.Seq())
+	// The same content is the same commit: retried at a newer position it
+	// adds nothing and leaves the holder where it was.
+	if got, err := lg.Commit(ctx, seqY, "turn-x", body("turn-x")); err != nil || got.Seq() != seqY.Seq() {
+		t.Fatalf("same stamp at a newer head: %+v, %v; want the holder's position %d", got, err, seqY.Seq())
 	}
 	wantLog(t, ctx, lg, sid, fenceEntry(head.Seq(), token), commitEntry(seqX.Seq(), token, "turn-x"), commitEntry(seqY.Seq(), token, "turn-y"))
 }
@@ -441,4 +443,58 @@ func testSessionsIndependent(t *testing.T, env Env) {
 				ha.Seq(), hb.Seq(), head.Seq, head.Entry, bug)
 		}
 	})
+}
+
+// testMalformedHead: a message lash never writes, published on a session's
+// log, neither blocks the session nor lets an older token back in: a newer
+// holder fences over it, an older one is still fenced out, and FindCommit
+// passes over it.
+func testMalformedHead(t *testing.T, env Env) {
+	ctx := testCtx(t)
+	d := open(t, env, streams.Config{})
+	sid := "malformed"
+	lg := sessionlog.New(d.client)
+	first := fence(t, ctx, lg, sid, 5, "a")
+	committed := commit(t, ctx, lg, first, "turn-1")
+	subj, err := d.client.Subjects().SessionEvents(sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := d.client.Publish(ctx, streams.Publication{Subject: subj, Data: []byte("garbage")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lg.Head(ctx, sid); !errors.Is(err, sessionlog.ErrMalformed) {
+		t.Fatalf("Head over garbage: %v, want ErrMalformed", err)
+	}
+	var fe *sessionlog.FencedError
+	if _, err := lg.Fence(ctx, sid, 4, "old"); !errors.As(err, &fe) || fe.Holder != 5 {
+		t.Fatalf("an older token over a malformed head: %v, want fenced out by 5", err)
+	}
+	pos := fence(t, ctx, lg, sid, 9, "b")
+	next := commit(t, ctx, lg, pos, "turn-2")
+	seq, e, err := lg.FindCommit(ctx, sid, "turn-2", 0)
+	if err != nil || seq != next.Seq() || e.Token != 9 {
+		t.Fatalf("FindCommit past the garbage: %d %+v %v", seq, e, err)
+	}
+	if seq, _, err := lg.FindCommit(ctx, sid, "turn-1", 0); err != nil || seq != committed.Seq() {
+		t.Fatalf("FindCommit of the first turn: %d %v", seq, err)
+	}
+}
+
+// testRecommitBeforePosition: a new holder that commits a turn an older
+// holder already committed (within the dedupe window) learns it is
+// committed and keeps its own position, so its next commit lands.
+func testRecommitBeforePosition(t *testing.T, env Env) {
+	ctx := testCtx(t)
+	d := open(t, env, streams.Config{})
+	sid := "recommit"
+	lg := sessionlog.New(d.client)
+	a := fence(t, ctx, lg, sid, 3, "a")
+	commit(t, ctx, lg, a, "turn-1")
+	b := fence(t, ctx, lg, sid, 8, "b")
+	got, err := lg.Commit(ctx, b, "turn-1", body("turn-1"))
+	if err != nil || got.Seq() != b.Seq() {
+		t.Fatalf("recommit of turn-1 by the new holder: %+v %v; want its own position %d", got, err, b.Seq())
+	}
+	commit(t, ctx, lg, got, "turn-2")
 }

@@ -3,6 +3,7 @@ package leases
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/lash-run/lash/streams"
@@ -59,7 +60,8 @@ func (m *Manager) Alive(ctx context.Context, owner Owner) (bool, error) {
 	}
 	var v value
 	if err := msgpack.Unmarshal(e.Value, &v); err != nil {
-		return false, nil
+		// Unreadable is not evidence of death: the claimant waits.
+		return false, fmt.Errorf("leases: liveness key %s holds an unreadable value: %w", key, err)
 	}
 	return v.Owner.Incarnation == owner.Incarnation, nil
 }

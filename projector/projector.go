@@ -30,6 +30,14 @@ type Flusher interface {
 	Flush(tx *Txn) error
 }
 
+// Preparer is a Fold whose decoding can run ahead of applying, on the
+// reader's goroutine. Prepare must not touch the store; whatever it finds
+// wrong it returns inside its result for ApplyPrepared to report, in order.
+type Preparer interface {
+	Prepare(m *streams.Msg) any
+	ApplyPrepared(tx *Txn, m *streams.Msg, prepared any) error
+}
+
 // Fold turns stream messages into read-model entries. Apply must be a pure
 // function of the message and what the fold wrote before: a rebuild from
 // zero must give the same entries. It validates before it writes, and
@@ -178,12 +186,61 @@ func (p *Projector) WaitFor(ctx context.Context, seq uint64) error {
 // memoLimit bounds the state folds keep between batches of one run.
 const memoLimit = 100_000
 
+// item is a message on its way from the reader to the applier, with what
+// the folds prepared for it.
+type item struct {
+	m       *streams.Msg
+	preps   []any
+	pending uint64
+}
+
 // run folds from the cursor on: tailing for as long as ctx lives, or up to
-// the last message stored when it started. Folding the next batch overlaps
-// the commit of the previous one.
-func (p *Projector) run(ctx context.Context, tail bool) (err error) {
+// the last message stored when it started. Three things overlap: reading
+// and decoding (the reader's goroutine), applying (the applier), and the
+// Pebble commit of the previous batch.
+func (p *Projector) run(ctx context.Context, tail bool) error {
 	p.runMu.Lock()
 	defer p.runMu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	items := make(chan item, 1024)
+	applied := make(chan error, 1)
+	from := p.Applied() + 1
+	go func() { applied <- p.applyAll(items, tail, cancel) }()
+
+	send := func(m *streams.Msg, pending uint64) error {
+		it := item{m: m, pending: pending}
+		for i, f := range p.cfg.Folds {
+			if pr, ok := f.(Preparer); ok {
+				if it.preps == nil {
+					it.preps = make([]any, len(p.cfg.Folds))
+				}
+				it.preps[i] = pr.Prepare(m)
+			}
+		}
+		select {
+		case items <- it:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	var err error
+	if tail {
+		err = p.src.Tail(ctx, p.cfg.Stream, []string{p.cfg.Filter}, from, send)
+	} else {
+		err = p.src.Read(ctx, p.cfg.Filter, from, func(m *streams.Msg) error { return send(m, 1) })
+	}
+	close(items)
+	if aerr := <-applied; aerr != nil {
+		return aerr // the applier's failure is why the reader stopped
+	}
+	return err
+}
+
+// applyAll applies items in order and commits them in batches; on failure
+// it stops the reader through cancel and drains what is still coming.
+func (p *Projector) applyAll(items <-chan item, tail bool, cancel func()) (err error) {
 	memo := map[string]any{}
 	var inflight chan error // the commit in flight, if any
 	wait := func() error {
@@ -200,8 +257,13 @@ func (p *Projector) run(ctx context.Context, tail bool) (err error) {
 			err = fmt.Errorf("projector: commit: %w", werr)
 		}
 		tx.b.Close()
+		if err != nil {
+			cancel()
+			for range items {
+			}
+		}
 	}()
-	var open []*streams.Msg // messages of an atomic batch not committed yet
+	var open []item // an atomic batch whose commit message has not come yet
 	cursor, n := p.Applied(), 0
 	flush := func() error {
 		if n == 0 {
@@ -232,62 +294,44 @@ func (p *Projector) run(ctx context.Context, tail bool) (err error) {
 			done <- err
 		}()
 		inflight = done
+		tx = p.newTxn(memo, wait) // the old batch belongs to the commit now
+		n = 0
 		if len(memo) > memoLimit {
 			if err := wait(); err != nil {
 				return fmt.Errorf("projector: commit: %w", err)
 			}
 			clear(memo)
 		}
-		tx = p.newTxn(memo, wait)
-		n = 0
 		return nil
 	}
-	handle := func(m *streams.Msg) error {
+	for it := range items {
+		m := it.m
 		if id := m.BatchID(); id != "" {
-			if len(open) > 0 && open[0].BatchID() != id {
+			if len(open) > 0 && open[0].m.BatchID() != id {
 				open = open[:0] // a batch the server never committed
 			}
-			open = append(open, m)
+			open = append(open, it)
 			if !m.IsBatchCommit() {
-				return nil
+				continue
 			}
-			for _, bm := range open {
-				if err := p.apply(tx, bm); err != nil {
+			for _, bi := range open {
+				if err := p.apply(tx, bi); err != nil {
 					return err
 				}
 			}
 			open = open[:0]
-		} else if err := p.apply(tx, m); err != nil {
+		} else if err := p.apply(tx, it); err != nil {
 			return err
 		}
 		cursor = m.Seq
 		n++
-		return nil
-	}
-	if !tail {
-		err := p.src.Read(ctx, p.cfg.Filter, cursor+1, func(m *streams.Msg) error {
-			if err := handle(m); err != nil {
+		if n >= p.cfg.BatchSize || (tail && it.pending == 0) {
+			if err := flush(); err != nil {
 				return err
 			}
-			if n >= p.cfg.BatchSize {
-				return flush()
-			}
-			return nil
-		})
-		if err != nil {
-			return err
 		}
-		return flush()
 	}
-	return p.src.Tail(ctx, p.cfg.Stream, []string{p.cfg.Filter}, cursor+1, func(m *streams.Msg, pending uint64) error {
-		if err := handle(m); err != nil {
-			return err
-		}
-		if n >= p.cfg.BatchSize || pending == 0 {
-			return flush()
-		}
-		return nil
-	})
+	return flush()
 }
 
 func (p *Projector) advance(seq uint64) {
@@ -298,19 +342,24 @@ func (p *Projector) advance(seq uint64) {
 	p.mu.Unlock()
 }
 
-// apply runs every fold on m; a poisoned message is set aside.
-func (p *Projector) apply(tx *Txn, m *streams.Msg) error {
-	for _, f := range p.cfg.Folds {
+// apply runs every fold on an item; a poisoned message is set aside.
+func (p *Projector) apply(tx *Txn, it item) error {
+	for i, f := range p.cfg.Folds {
 		tx.fold = f.Name()
-		err := f.Apply(tx, m)
+		var err error
+		if it.preps != nil && it.preps[i] != nil {
+			err = f.(Preparer).ApplyPrepared(tx, it.m, it.preps[i])
+		} else {
+			err = f.Apply(tx, it.m)
+		}
 		if errors.Is(err, ErrPoison) {
-			if err := quarantine(tx, m, f.Name(), err); err != nil {
+			if err := quarantine(tx, it.m, f.Name(), err); err != nil {
 				return err
 			}
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("projector: fold %s at sequence %d: %w", f.Name(), m.Seq, err)
+			return fmt.Errorf("projector: fold %s at sequence %d: %w", f.Name(), it.m.Seq, err)
 		}
 	}
 	return nil

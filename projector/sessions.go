@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -94,27 +95,77 @@ func key(parts ...[]byte) []byte {
 	return k
 }
 
-// Apply implements Fold.
-func (f *Sessions) Apply(tx *Txn, m *streams.Msg) error {
+// prepared is a session message decoded ahead of applying it.
+type prepared struct {
+	tok, sid, kind string
+	entry          *sessionlog.Entry
+	body           *bodySummary
+	err            error // a poison found while decoding
+}
+
+// Prepare implements Preparer: it decodes the message.
+func (f *Sessions) Prepare(m *streams.Msg) any {
+	var p prepared
 	// <prefix>.sess.<token>.<ev|in>
 	rest, ok := strings.CutPrefix(m.Subject, f.prefix+".sess.")
 	tok, kind, ok2 := strings.Cut(rest, ".")
-	if !ok || !ok2 {
-		return fmt.Errorf("%w: subject %s is not a session subject", ErrPoison, m.Subject)
+	if !ok || !ok2 || (kind != "ev" && kind != "in") {
+		p.err = fmt.Errorf("%w: subject %s is not a session subject", ErrPoison, m.Subject)
+		return &p
 	}
-	sid, err := streams.ParseToken(tok)
+	p.tok, p.kind = tok, kind
+	if p.sid, p.err = streams.ParseToken(tok); p.err != nil {
+		p.err = fmt.Errorf("%w: %v", ErrPoison, p.err)
+		return &p
+	}
+	if kind == "in" {
+		return &p
+	}
+	e, err := sessionlog.DecodeEntry(m.Data)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrPoison, err)
+		p.err = fmt.Errorf("%w: %v", ErrPoison, err)
+		return &p
 	}
-	head, err := readHead(tx, tok)
+	p.entry = e
+	if e.Kind == sessionlog.KindCommit {
+		var body bodySummary
+		if err := body.decode(e.Body); err != nil {
+			p.err = fmt.Errorf("%w: turn body: %v", ErrPoison, err)
+			return &p
+		}
+		if st := body.Outcome.Status; st < turn.StatusRunning || st > turn.StatusDone {
+			p.err = fmt.Errorf("%w: turn body with run status %d", ErrPoison, st)
+			return &p
+		}
+		if _, err := streams.Token(e.Turn); err != nil {
+			p.err = fmt.Errorf("%w: %v", ErrPoison, err)
+			return &p
+		}
+		p.body = &body
+	}
+	return &p
+}
+
+// Apply implements Fold.
+func (f *Sessions) Apply(tx *Txn, m *streams.Msg) error {
+	return f.ApplyPrepared(tx, m, f.Prepare(m))
+}
+
+// ApplyPrepared implements Preparer.
+func (f *Sessions) ApplyPrepared(tx *Txn, m *streams.Msg, prep any) error {
+	p := prep.(*prepared)
+	if p.err != nil {
+		return p.err
+	}
+	head, err := readHead(tx, p.tok)
 	if errors.Is(err, ErrNotFound) {
-		head = &SessionHead{Session: sid}
+		head = &SessionHead{Session: p.sid}
 	} else if err != nil {
 		return err
 	}
-	switch kind {
+	switch p.kind {
 	case "in":
-		if err := tx.Set(key([]byte("i"), []byte(tok), u64(m.Seq)), []byte(m.MsgID())); err != nil {
+		if err := tx.Set(key([]byte("i"), []byte(p.tok), u64(m.Seq)), []byte(m.MsgID())); err != nil {
 			return err
 		}
 		head.Inputs++
@@ -124,68 +175,199 @@ func (f *Sessions) Apply(tx *Txn, m *streams.Msg) error {
 			head.PendingInputs = len(head.Pending)
 		}
 	case "ev":
-		e, err := sessionlog.DecodeEntry(m.Data)
-		if err != nil {
-			return fmt.Errorf("%w: %v", ErrPoison, err)
-		}
-		switch e.Kind {
+		switch p.entry.Kind {
 		case sessionlog.KindFence:
-			head.Fence = e.Token
+			head.Fence = p.entry.Token
 		case sessionlog.KindCommit:
-			var body bodySummary
-			if err := msgpack.Unmarshal(e.Body, &body); err != nil {
-				return fmt.Errorf("%w: turn body: %v", ErrPoison, err)
-			}
-			if st := body.Outcome.Status; st < turn.StatusRunning || st > turn.StatusDone {
-				return fmt.Errorf("%w: turn body with run status %d", ErrPoison, st)
-			}
-			if err := f.commit(tx, tok, head, m.Seq, e, &body); err != nil {
+			if err := f.commit(tx, p.tok, head, m.Seq, p.entry, p.body); err != nil {
 				return err
 			}
 		}
 		head.Revision = m.Seq
-	default:
-		return fmt.Errorf("%w: subject %s is not a session subject", ErrPoison, m.Subject)
 	}
-	return writeHead(tx, tok, head)
+	return writeHead(tx, p.tok, head)
 }
 
-// bodySummary reads what the head and the turn list need from a commit's
-// body, skipping over the messages themselves: the transcript keeps the
-// body's bytes as they are.
+// bodySummary is what the head and the turn list need from a commit's
+// body (a sessionlog.TurnBody). It is read by hand, skipping over the
+// messages: the turn's value keeps the body's bytes as they are, and
+// reflection was most of a rebuild's cost.
 type bodySummary struct {
 	Outcome struct {
 		Status      turn.RunStatus
 		Termination turn.Termination
-		Messages    arrayLen
-		Suspended   arrayLen
+		Messages    int
+		Suspended   int
 		Usage       turn.Usage
 		Iterations  int
-	} `msgpack:"o"`
-	InputCursor uint64 `msgpack:"c"`
+	}
+	InputCursor uint64
 }
 
-// arrayLen decodes a msgpack array as its length.
-type arrayLen int
+func (b *bodySummary) decode(data []byte) error {
+	r := bytes.NewReader(data)
+	d := msgpack.GetDecoder()
+	defer msgpack.PutDecoder(d)
+	d.Reset(r)
+	err := mapFields(d, func(k string) (err error) {
+		switch k {
+		case "o":
+			return mapFields(d, b.outcomeField(d))
+		case "c":
+			b.InputCursor, err = d.DecodeUint64()
+			return err
+		}
+		return d.Skip()
+	})
+	if err == nil && r.Len() != 0 {
+		err = fmt.Errorf("%d trailing bytes", r.Len())
+	}
+	return err
+}
 
-func (n *arrayLen) DecodeMsgpack(d *msgpack.Decoder) error {
-	l, err := d.DecodeArrayLen()
+func (b *bodySummary) outcomeField(d *msgpack.Decoder) func(string) error {
+	o := &b.Outcome
+	return func(k string) (err error) {
+		switch k {
+		case "Status":
+			var v uint8
+			v, err = d.DecodeUint8()
+			o.Status = turn.RunStatus(v)
+		case "Termination":
+			err = d.Decode(&o.Termination)
+		case "Messages":
+			o.Messages, err = skipArray(d)
+		case "Suspended":
+			o.Suspended, err = skipArray(d)
+		case "Usage":
+			err = mapFields(d, func(k string) (err error) {
+				switch k {
+				case "i":
+					o.Usage.InputTokens, err = d.DecodeInt64()
+				case "o":
+					o.Usage.OutputTokens, err = d.DecodeInt64()
+				default:
+					err = d.Skip()
+				}
+				return err
+			})
+		case "Iterations":
+			o.Iterations, err = d.DecodeInt()
+		default:
+			err = d.Skip()
+		}
+		return err
+	}
+}
+
+// encodeTurnInfo writes TurnInfo as msgpack.Marshal would, by hand: one is
+// written for every commit during a rebuild.
+func encodeTurnInfo(t *TurnInfo) ([]byte, error) {
+	var buf bytes.Buffer
+	buf.Grow(160 + len(t.Body) + len(t.Turn))
+	e := msgpack.GetEncoder()
+	defer msgpack.PutEncoder(e)
+	e.Reset(&buf)
+	w := fieldWriter{e: e}
+	w.err = e.EncodeMapLen(12)
+	w.str("t", t.Turn)
+	w.int("n", int64(t.Ordinal))
+	w.uint("s", t.Seq)
+	w.key("h")
+	w.do(e.EncodeBytes(t.Hash[:]))
+	w.uint("k", t.Token)
+	w.uint("st", uint64(t.Status))
+	w.key("term")
+	w.do(e.Encode(&t.Termination))
+	w.key("use")
+	w.do(e.Encode(&t.Usage))
+	w.int("it", int64(t.Iterations))
+	w.int("fm", int64(t.FirstMessage))
+	w.int("m", int64(t.Messages))
+	w.key("b")
+	if len(t.Body) == 0 {
+		w.do(e.EncodeNil())
+	} else if w.err == nil {
+		buf.Write(t.Body) // already msgpack
+	}
+	return buf.Bytes(), w.err
+}
+
+// fieldWriter writes map entries, keeping the first error.
+type fieldWriter struct {
+	e   *msgpack.Encoder
+	err error
+}
+
+func (w *fieldWriter) do(err error) {
+	if w.err == nil {
+		w.err = err
+	}
+}
+
+func (w *fieldWriter) key(k string) {
+	if w.err == nil {
+		w.err = w.e.EncodeString(k)
+	}
+}
+
+func (w *fieldWriter) str(k, v string) {
+	w.key(k)
+	if w.err == nil {
+		w.err = w.e.EncodeString(v)
+	}
+}
+
+func (w *fieldWriter) int(k string, v int64) {
+	w.key(k)
+	if w.err == nil {
+		w.err = w.e.EncodeInt(v)
+	}
+}
+
+func (w *fieldWriter) uint(k string, v uint64) {
+	w.key(k)
+	if w.err == nil {
+		w.err = w.e.EncodeUint(v)
+	}
+}
+
+// mapFields calls field for each key of a msgpack map; field reads the value.
+func mapFields(d *msgpack.Decoder, field func(key string) error) error {
+	n, err := d.DecodeMapLen()
 	if err != nil {
 		return err
 	}
-	for range max(l, 0) {
-		if err := d.Skip(); err != nil {
+	for range max(n, 0) {
+		k, err := d.DecodeString()
+		if err != nil {
 			return err
 		}
+		if err := field(k); err != nil {
+			return fmt.Errorf("%s: %w", k, err)
+		}
 	}
-	*n = arrayLen(max(l, 0))
 	return nil
 }
 
-func (f *Sessions) commit(tx *Txn, tok string, head *SessionHead, seq uint64, e *sessionlog.Entry, body *bodySummary) error {
-	turnTok, err := streams.Token(e.Turn)
+// skipArray reads past a msgpack array and returns its length.
+func skipArray(d *msgpack.Decoder) (int, error) {
+	n, err := d.DecodeArrayLen()
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrPoison, err)
+		return 0, err
+	}
+	for range max(n, 0) {
+		if err := d.Skip(); err != nil {
+			return 0, err
+		}
+	}
+	return max(n, 0), nil
+}
+
+func (f *Sessions) commit(tx *Txn, tok string, head *SessionHead, seq uint64, e *sessionlog.Entry, body *bodySummary) error {
+	turnTok, err := streams.Token(e.Turn) // checked by Prepare
+	if err != nil {
+		return err
 	}
 	// The log holds one commit per turn (sessionlog's commits are
 	// idempotent by stamp), so the fold needs no lookup here.
@@ -193,9 +375,9 @@ func (f *Sessions) commit(tx *Txn, tok string, head *SessionHead, seq uint64, e 
 	out := &body.Outcome
 	info := TurnInfo{Turn: e.Turn, Ordinal: head.Turns + 1, Seq: seq, Hash: e.Hash, Token: e.Token,
 		Status: out.Status, Termination: out.Termination, Usage: out.Usage, Iterations: out.Iterations,
-		FirstMessage: head.Messages, Messages: int(out.Messages)}
+		FirstMessage: head.Messages, Messages: out.Messages}
 	info.Body = e.Body
-	v, err := msgpack.Marshal(&info)
+	v, err := encodeTurnInfo(&info)
 	if err != nil {
 		return err
 	}
@@ -209,15 +391,15 @@ func (f *Sessions) commit(tx *Txn, tok string, head *SessionHead, seq uint64, e 
 	head.LastTurn = e.Turn
 	head.Status, head.Termination = out.Status, out.Termination
 	head.Usage = head.Usage.Add(out.Usage)
-	head.Messages += int(out.Messages)
-	head.Suspended = int(out.Suspended)
+	head.Messages += out.Messages
+	head.Suspended = out.Suspended
 	if body.InputCursor > head.InputCursor {
 		head.InputCursor = body.InputCursor
 		i := 0
 		for i < len(head.Pending) && head.Pending[i] <= head.InputCursor {
 			i++
 		}
-		head.Pending = append([]uint64(nil), head.Pending[i:]...)
+		head.Pending = head.Pending[:copy(head.Pending, head.Pending[i:])]
 		head.PendingInputs = len(head.Pending)
 	}
 	return nil

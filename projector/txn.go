@@ -21,6 +21,7 @@ type Txn struct {
 	dirty map[string]struct{}
 	// settle waits for the previous batch's commit, so reads see it.
 	settle func() error
+	kbuf   []byte
 }
 
 func (p *Projector) newTxn(memo map[string]any, settle func() error) *Txn {
@@ -44,11 +45,18 @@ func (t *Txn) Get(key []byte) ([]byte, error) {
 	return get(t.db, foldKey(t.fold, key))
 }
 
-// Set writes value at key.
-func (t *Txn) Set(key, value []byte) error { return t.b.Set(foldKey(t.fold, key), value, nil) }
+// Set writes value at key. The batch copies both, so callers may reuse
+// their buffers.
+func (t *Txn) Set(key, value []byte) error { return t.b.Set(t.scoped(key), value, nil) }
 
 // Delete removes key.
-func (t *Txn) Delete(key []byte) error { return t.b.Delete(foldKey(t.fold, key), nil) }
+func (t *Txn) Delete(key []byte) error { return t.b.Delete(t.scoped(key), nil) }
+
+// scoped builds the fold's key in a buffer reused across writes.
+func (t *Txn) scoped(key []byte) []byte {
+	t.kbuf = append(append(append(append(t.kbuf[:0], 'f', '/'), t.fold...), '/'), key...)
+	return t.kbuf
+}
 
 // Scan calls fn for every key with the prefix as earlier batches left them,
 // from the first at or above prefix+from, in order, with the prefix removed.

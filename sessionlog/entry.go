@@ -1,6 +1,7 @@
 package sessionlog
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"fmt"
 
@@ -55,11 +56,20 @@ func ContentHash(body []byte) [32]byte { return sha256.Sum256(body) }
 
 func encodeEntry(e *Entry) ([]byte, error) { return msgpack.Marshal(e) }
 
-// decodeEntry reads an entry and checks it is one this version writes.
+// decodeEntry reads an entry and checks it is one this version writes. It
+// walks the encoding by hand: projections decode every commit of every
+// session, and reflection was most of their cost.
 func decodeEntry(b []byte) (*Entry, error) {
 	var e Entry
-	if err := msgpack.Unmarshal(b, &e); err != nil {
+	r := bytes.NewReader(b)
+	d := msgpack.GetDecoder()
+	defer msgpack.PutDecoder(d)
+	d.Reset(r)
+	if err := readEntry(d, &e); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if r.Len() != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", ErrMalformed, r.Len())
 	}
 	switch {
 	case e.Kind != KindFence && e.Kind != KindCommit:
@@ -70,4 +80,43 @@ func decodeEntry(b []byte) (*Entry, error) {
 		return nil, fmt.Errorf("%w: commit without a turn or with a body that does not match its hash", ErrMalformed)
 	}
 	return &e, nil
+}
+
+func readEntry(d *msgpack.Decoder, e *Entry) error {
+	n, err := d.DecodeMapLen()
+	if err != nil {
+		return err
+	}
+	for range max(n, 0) {
+		k, err := d.DecodeString()
+		if err != nil {
+			return err
+		}
+		switch k {
+		case "k":
+			var v uint8
+			v, err = d.DecodeUint8()
+			e.Kind = Kind(v)
+		case "t":
+			e.Token, err = d.DecodeUint64()
+		case "o":
+			e.Owner, err = d.DecodeString()
+		case "u":
+			e.Turn, err = d.DecodeString()
+		case "h":
+			var h []byte
+			if h, err = d.DecodeBytes(); err == nil && len(h) != len(e.Hash) {
+				err = fmt.Errorf("hash of %d bytes", len(h))
+			}
+			copy(e.Hash[:], h)
+		case "b":
+			e.Body, err = d.DecodeBytes()
+		default:
+			err = d.Skip()
+		}
+		if err != nil {
+			return fmt.Errorf("field %q: %w", k, err)
+		}
+	}
+	return nil
 }

@@ -130,6 +130,11 @@ func (l *Log) Fence(ctx context.Context, session string, token uint64, owner str
 		return Position{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	head, err := l.Head(ctx, session)
+	if errors.Is(err, ErrMalformed) {
+		// Someone published what lash never writes. The compare-and-set
+		// still fences; the newest token comes from the entries before it.
+		head, err = l.lastReadable(ctx, subj)
+	}
 	if err != nil {
 		return Position{}, err
 	}
@@ -152,6 +157,21 @@ func (l *Log) Fence(ctx context.Context, session string, token uint64, owner str
 	return Position{session: session, subject: subj, seq: seq, token: token}, nil
 }
 
+// lastReadable reads the whole log for the newest token among the entries
+// it can decode, and returns it with the revision of the log's head. Only a
+// log whose head is malformed takes this path.
+func (l *Log) lastReadable(ctx context.Context, subj string) (Head, error) {
+	var h Head
+	err := l.s.Read(ctx, subj, 0, func(m *streams.Msg) error {
+		h.Seq = m.Seq
+		if e, err := decodeEntry(m.Data); err == nil && (h.Entry == nil || e.Token >= h.Entry.Token) {
+			h.Entry = e
+		}
+		return nil
+	})
+	return h, err
+}
+
 // msgID scopes a msg id to one session's subject: JetStream dedupes msg
 // ids across the whole stream.
 func msgID(subject, kind, id string) string { return kind + ":" + subject + ":" + id }
@@ -165,8 +185,10 @@ func msgID(subject, kind, id string) string { return kind + ":" + subject + ":" 
 // *CommitConflictError; an entry after the position written under a newer
 // token is a *FencedError.
 //
-// Commit finds an earlier commit of the same turn only right after the
-// position or, within the dedupe window, anywhere. After fencing, a new
+// A turn committed earlier than the position (by an older holder, found
+// within the dedupe window) is reported committed and the holder's position
+// is returned unchanged. Commit finds an earlier commit of the same turn
+// only right after the position or, within the dedupe window, anywhere. After fencing, a new
 // holder finds what older holders committed with FindCommit before
 // committing a turn it recovers.
 func (l *Log) Commit(ctx context.Context, pos Position, turn string, body []byte) (Position, error) {
@@ -186,10 +208,12 @@ func (l *Log) Commit(ctx context.Context, pos Position, turn string, body []byte
 	}
 	if err == nil {
 		// An earlier commit of this turn: make sure it has this content.
+		// It may lie before the position (another holder committed it
+		// before this one fenced); the holder's position does not go back.
 		if err := l.sameCommit(ctx, session, subj, seq, want); err != nil {
 			return Position{}, err
 		}
-		return at(seq), nil
+		return at(max(seq, expect)), nil
 	}
 	if !errors.Is(err, streams.ErrConflict) {
 		return Position{}, err
@@ -251,14 +275,20 @@ func (l *Log) Read(ctx context.Context, session string, from uint64, fn func(seq
 }
 
 // FindCommit returns the revision and entry of turn's commit at or after
-// revision from, or streams.ErrNotFound.
+// revision from, or streams.ErrNotFound. Messages that are not entries
+// (nothing lash wrote) are passed over.
 func (l *Log) FindCommit(ctx context.Context, session, turn string, from uint64) (uint64, *Entry, error) {
+	subj, err := l.s.Subjects().SessionEvents(session)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
 	var seq uint64
 	var found *Entry
 	errFound := errors.New("found")
-	err := l.Read(ctx, session, from, func(s uint64, e *Entry) error {
-		if e.Kind == KindCommit && e.Turn == turn {
-			seq, found = s, e
+	err = l.s.Read(ctx, subj, from, func(m *streams.Msg) error {
+		e, err := decodeEntry(m.Data)
+		if err == nil && e.Kind == KindCommit && e.Turn == turn {
+			seq, found = m.Seq, e
 			return errFound
 		}
 		return nil

@@ -136,3 +136,31 @@ func TestKV(t *testing.T) {
 		t.Fatalf("create after delete: %d %v", rev3, err)
 	}
 }
+
+// A read cut short by a closed connection is an error, never a short
+// success.
+func TestReadFailsWhenTheConnectionCloses(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.RunJetStream(t)
+	nc := srv.Conn(t)
+	c, err := streams.Open(ctx, nc, streams.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj, _ := c.Subjects().SessionInputs("s")
+	for i := range 50 {
+		if _, _, err := c.Publish(ctx, streams.Publication{Subject: subj, Data: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := 0
+	err = c.Read(ctx, subj, 0, func(*streams.Msg) error {
+		if n++; n == 3 {
+			nc.Close()
+		}
+		return nil
+	})
+	if err == nil {
+		t.Fatalf("Read returned no error after %d of 50 messages", n)
+	}
+}

@@ -42,10 +42,9 @@ func (c *Client) tail(ctx context.Context, st jetstream.Stream, filters []string
 	for {
 		raw, err := it.Next()
 		if err != nil {
+			// Only the caller's context ends a tail quietly: a closed
+			// connection mid-read must not pass for having read it all.
 			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				return ctx.Err()
 			}
 			return fmt.Errorf("streams: tail %s: %w", st.CachedInfo().Config.Name, err)

@@ -1,0 +1,54 @@
+package projector
+
+import (
+	"bytes"
+	"reflect"
+	"testing"
+
+	"github.com/lash-run/lash/sessionlog"
+	"github.com/lash-run/lash/turn"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// The hand-written codecs read and write what reflection does.
+func TestHandCodecsMatchReflection(t *testing.T) {
+	body, err := sessionlog.EncodeTurnBody(&sessionlog.TurnBody{InputCursor: 9, Outcome: turn.Outcome{
+		Status: turn.StatusWaiting, Termination: turn.Termination{Reason: turn.Stopped, Code: "c", Detail: "d"},
+		Messages:  []turn.Message{{Role: turn.RoleUser, Text: "hi"}, {Role: turn.RoleAssistant, ToolCalls: []turn.ToolCall{{ID: "1", Name: "x"}}}},
+		Suspended: []turn.SuspendedCall{{Call: turn.ToolCall{ID: "1", Name: "x"}}},
+		Usage:     turn.Usage{InputTokens: 5, OutputTokens: 7}, Iterations: 3,
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s bodySummary
+	if err := s.decode(body); err != nil {
+		t.Fatal(err)
+	}
+	o := s.Outcome
+	if s.InputCursor != 9 || o.Status != turn.StatusWaiting || o.Termination.Code != "c" || o.Messages != 2 ||
+		o.Suspended != 1 || o.Usage.OutputTokens != 7 || o.Iterations != 3 {
+		t.Fatalf("summary %+v", s)
+	}
+	if err := s.decode(append(body, 0)); err == nil {
+		t.Fatal("trailing byte accepted")
+	}
+	info := TurnInfo{Turn: "t1", Ordinal: 4, Seq: 99, Hash: [32]byte{1, 2}, Token: 7, Status: turn.StatusDone,
+		Termination: turn.Termination{Reason: turn.NaturalEnd}, Usage: turn.Usage{InputTokens: 1}, Iterations: 2,
+		FirstMessage: 10, Messages: 2, Body: body}
+	hand, err := encodeTurnInfo(&info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back TurnInfo
+	if err := msgpack.Unmarshal(hand, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, info) {
+		t.Fatalf("hand-encoded TurnInfo reads back as %+v", back)
+	}
+	refl, _ := msgpack.Marshal(&info)
+	if !bytes.Equal(hand, refl) {
+		t.Logf("encodings differ in form (both decode the same): %d vs %d bytes", len(hand), len(refl))
+	}
+}
