@@ -2,7 +2,7 @@ package projector
 
 // NewTxnForTest gives in-package benchmarks a Txn outside a run.
 func (p *Projector) NewTxnForTest() *Txn {
-	return p.newTxn(map[string]any{}, func() error { return nil })
+	return p.newTxn(map[string]map[string]any{}, func() error { return nil })
 }
 
 // Commit commits a test Txn.

@@ -94,7 +94,11 @@ func Open(dir string, src Source, cfg Config) (*Projector, error) {
 	opts := &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: quiet{},
 		// A rebuild writes fast; larger memtables mean fewer flushes and
 		// compactions competing with the fold.
-		MemTableSize: 64 << 20}
+		MemTableSize: 64 << 20,
+		// No write-ahead log: the cursor lives in the same batches as the
+		// entries, so whatever a crash loses, it loses consistently, and
+		// the stream folds it again. Close flushes.
+		DisableWAL: true}
 	for i := range opts.Levels {
 		// Folds mostly look up keys that do not exist yet.
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
@@ -136,8 +140,16 @@ func (p *Projector) readCursor() (uint64, error) {
 	return binary.BigEndian.Uint64(v), nil
 }
 
-// Close closes the store.
-func (p *Projector) Close() error { return p.db.Close() }
+// Close flushes and closes the store.
+func (p *Projector) Close() error {
+	p.runMu.Lock()
+	defer p.runMu.Unlock()
+	ferr := p.db.Flush()
+	if err := p.db.Close(); err != nil {
+		return err
+	}
+	return ferr
+}
 
 // Applied is the last stream sequence folded into the store.
 func (p *Projector) Applied() uint64 { return p.applied.Load() }
@@ -156,7 +168,7 @@ func (p *Projector) Rebuild(ctx context.Context) error {
 		p.runMu.Unlock()
 		return err
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := b.Commit(pebble.NoSync); err != nil {
 		p.runMu.Unlock()
 		return fmt.Errorf("projector: clear: %w", err)
 	}
@@ -185,6 +197,14 @@ func (p *Projector) WaitFor(ctx context.Context, seq uint64) error {
 
 // memoLimit bounds the state folds keep between batches of one run.
 const memoLimit = 100_000
+
+func memoSize(memo map[string]map[string]any) int {
+	n := 0
+	for _, m := range memo {
+		n += len(m)
+	}
+	return n
+}
 
 // item is a message on its way from the reader to the applier, with what
 // the folds prepared for it.
@@ -241,7 +261,7 @@ func (p *Projector) run(ctx context.Context, tail bool) error {
 // applyAll applies items in order and commits them in batches; on failure
 // it stops the reader through cancel and drains what is still coming.
 func (p *Projector) applyAll(items <-chan item, tail bool, cancel func()) (err error) {
-	memo := map[string]any{}
+	memo := map[string]map[string]any{}
 	var inflight chan error // the commit in flight, if any
 	wait := func() error {
 		if inflight == nil {
@@ -296,7 +316,7 @@ func (p *Projector) applyAll(items <-chan item, tail bool, cancel func()) (err e
 		inflight = done
 		tx = p.newTxn(memo, wait) // the old batch belongs to the commit now
 		n = 0
-		if len(memo) > memoLimit {
+		if memoSize(memo) > memoLimit {
 			if err := wait(); err != nil {
 				return fmt.Errorf("projector: commit: %w", err)
 			}

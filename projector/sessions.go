@@ -277,10 +277,21 @@ func encodeTurnInfo(t *TurnInfo) ([]byte, error) {
 	w.do(e.EncodeBytes(t.Hash[:]))
 	w.uint("k", t.Token)
 	w.uint("st", uint64(t.Status))
+	// Termination and Usage as their msgpack tags lay them out.
+	term := t.Termination
 	w.key("term")
-	w.do(e.Encode(&t.Termination))
+	w.do(e.EncodeMapLen(1 + b2i(term.Code != "") + b2i(term.Detail != "")))
+	w.uint("r", uint64(term.Reason))
+	if term.Code != "" {
+		w.str("c", term.Code)
+	}
+	if term.Detail != "" {
+		w.str("d", term.Detail)
+	}
 	w.key("use")
-	w.do(e.Encode(&t.Usage))
+	w.do(e.EncodeMapLen(2))
+	w.int("i", t.Usage.InputTokens)
+	w.int("o", t.Usage.OutputTokens)
 	w.int("it", int64(t.Iterations))
 	w.int("fm", int64(t.FirstMessage))
 	w.int("m", int64(t.Messages))
@@ -291,6 +302,13 @@ func encodeTurnInfo(t *TurnInfo) ([]byte, error) {
 		buf.Write(t.Body) // already msgpack
 	}
 	return buf.Bytes(), w.err
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // fieldWriter writes map entries, keeping the first error.

@@ -3,7 +3,6 @@ package projector
 import (
 	"errors"
 	"io"
-	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -16,16 +15,17 @@ type Txn struct {
 	db   *pebble.DB
 	b    *pebble.Batch
 	fold string
-	// memo lives for the whole run; dirty names what this Txn changed.
-	memo  map[string]any
-	dirty map[string]struct{}
+	// memo lives for the whole run, one map per fold; dirty names what
+	// this Txn changed, per fold.
+	memo  map[string]map[string]any
+	dirty map[string]map[string]struct{}
 	// settle waits for the previous batch's commit, so reads see it.
 	settle func() error
 	kbuf   []byte
 }
 
-func (p *Projector) newTxn(memo map[string]any, settle func() error) *Txn {
-	return &Txn{db: p.db, b: p.db.NewBatch(), memo: memo, dirty: map[string]struct{}{}, settle: settle}
+func (p *Projector) newTxn(memo map[string]map[string]any, settle func() error) *Txn {
+	return &Txn{db: p.db, b: p.db.NewBatch(), memo: memo, dirty: map[string]map[string]struct{}{}, settle: settle}
 }
 
 func foldKey(fold string, key []byte) []byte {
@@ -85,24 +85,31 @@ func (t *Txn) Scan(prefix, from []byte, fn func(key, value []byte) error) error 
 // Memo is state a fold keeps between messages and batches of one run,
 // keyed within the fold: what it cached must equal what it wrote.
 func (t *Txn) Memo(key string) (any, bool) {
-	v, ok := t.memo[t.fold+"/"+key]
+	v, ok := t.memo[t.fold][key]
 	return v, ok
 }
 
 // SetMemo caches v under key and marks it changed in this Txn.
 func (t *Txn) SetMemo(key string, v any) {
-	t.memo[t.fold+"/"+key] = v
-	t.dirty[t.fold+"/"+key] = struct{}{}
+	m, d := t.memo[t.fold], t.dirty[t.fold]
+	if m == nil {
+		m = map[string]any{}
+		t.memo[t.fold] = m
+	}
+	if d == nil {
+		d = map[string]struct{}{}
+		t.dirty[t.fold] = d
+	}
+	m[key] = v
+	d[key] = struct{}{}
 }
 
 // Changed calls fn for every memo key of the fold set in this Txn.
 func (t *Txn) Changed(fn func(key string, v any) error) error {
-	prefix := t.fold + "/"
-	for k := range t.dirty {
-		if rest, ok := strings.CutPrefix(k, prefix); ok {
-			if err := fn(rest, t.memo[k]); err != nil {
-				return err
-			}
+	m := t.memo[t.fold]
+	for k := range t.dirty[t.fold] {
+		if err := fn(k, m[k]); err != nil {
+			return err
 		}
 	}
 	return nil
