@@ -19,6 +19,6 @@
 // stamps by turn id, its turns in order, and its transcript.
 //
 // Pebble is opened with the newest format and a logger that keeps only
-// errors. Writes are not synced: a projection lost in a crash is folded
-// again from the stream.
+// errors, without a write-ahead log: a crash loses the newest batches and
+// their cursor together, and the stream folds them again. Close flushes.
 package projector
