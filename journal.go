@@ -1,0 +1,53 @@
+package lash
+
+import (
+	"fmt"
+
+	"github.com/lash-run/lash/turn"
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// answer is the journaled form of any effect's answer. One shape for all
+// kinds keeps the codec small; the effect's kind says which fields count.
+type answer struct {
+	Tools     []turn.ToolSpec     `msgpack:"tools,omitempty"`
+	Response  *turn.ModelResponse `msgpack:"resp,omitempty"`
+	CallErr   *turn.CallError     `msgpack:"err,omitempty"`
+	Result    *turn.ToolResult    `msgpack:"res,omitempty"`
+	Messages  []turn.Message      `msgpack:"msgs,omitempty"`
+	Decisions []turn.Decision     `msgpack:"decs,omitempty"`
+	TimedOut  bool                `msgpack:"to,omitempty"`
+	// Cursor is the last input a checkpoint or wait consumed.
+	Cursor uint64  `msgpack:"cur,omitempty"`
+	Cancel *string `msgpack:"cancel,omitempty"`
+}
+
+func encodeAnswer(a *answer) ([]byte, error) { return msgpack.Marshal(a) }
+
+func decodeAnswer(b []byte) (*answer, error) {
+	var a answer
+	if err := msgpack.Unmarshal(b, &a); err != nil {
+		return nil, fmt.Errorf("lash: unreadable journal record: %w", err)
+	}
+	return &a, nil
+}
+
+// result turns a journaled answer back into the result the machine takes.
+func (a *answer) result(kind turn.Kind, id turn.EffectID) (turn.Result, error) {
+	if a.Cancel != nil {
+		return turn.Cancel{ID: id, Reason: *a.Cancel}, nil
+	}
+	switch kind {
+	case turn.KindSyncTools:
+		return turn.ToolsSynced{ID: id, Tools: a.Tools}, nil
+	case turn.KindLLMCall:
+		return turn.LLMResult{ID: id, Response: a.Response, Err: a.CallErr}, nil
+	case turn.KindCheckpoint:
+		return turn.CheckpointResult{ID: id, Messages: a.Messages, Decisions: a.Decisions}, nil
+	case turn.KindSleep:
+		return turn.SleepDone{ID: id}, nil
+	case turn.KindAwaitEvent:
+		return turn.EventResult{ID: id, TimedOut: a.TimedOut, Messages: a.Messages, Decisions: a.Decisions}, nil
+	}
+	return nil, fmt.Errorf("lash: no journaled answer form for %s", kind)
+}

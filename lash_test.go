@@ -1,0 +1,220 @@
+package lash
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lash-run/lash/projector"
+	"github.com/lash-run/lash/provider/openai"
+	"github.com/lash-run/lash/provider/scripted"
+	"github.com/lash-run/lash/streams"
+	"github.com/lash-run/lash/testenv"
+	"github.com/lash-run/lash/tools"
+	"github.com/lash-run/lash/turn"
+	"github.com/nats-io/nats.go"
+)
+
+const weatherScript = `
+rule lookup
+  when tools = 0
+  call weather {"city":"Oslo"}
+  call weather {"city":"Lima"}
+  call weather {"city":"Pune"}
+  usage 40 30
+
+default
+  say Oslo is cold, Lima is grey, Pune is hot.
+  usage 90 12
+`
+
+type weatherArgs struct {
+	City string `json:"city"`
+}
+
+// counter counts tool runs per city.
+type counter struct {
+	mu   sync.Mutex
+	runs map[string]int
+}
+
+func (c *counter) registry(t testing.TB) *tools.Registry {
+	reg := tools.New()
+	tool, err := tools.Func("weather", "current weather of a city", func(ctx context.Context, a weatherArgs) (string, error) {
+		c.mu.Lock()
+		c.runs[a.City]++
+		c.mu.Unlock()
+		return map[string]string{"Oslo": "2C snow", "Lima": "18C grey", "Pune": "33C sun"}[a.City], nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Register(tool); err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+type rig struct {
+	t      *testing.T
+	ctx    context.Context
+	conn   func() *nats.Conn
+	models *testenv.ModelServer
+	runs   *counter
+}
+
+func newRig(t *testing.T) *rig {
+	srv := testenv.RunJetStream(t)
+	return &rig{t: t, ctx: context.Background(), conn: func() *nats.Conn { return srv.Conn(t) },
+		models: testenv.RunModelServer(t, scripted.MustParse(weatherScript)), runs: &counter{runs: map[string]int{}}}
+}
+
+func (r *rig) node(id string, extra ...Option) *Node { return r.nodeOn(r.conn(), id, extra...) }
+
+func (r *rig) nodeOn(nc *nats.Conn, id string, extra ...Option) *Node {
+	r.t.Helper()
+	client, err := openai.New(openai.Config{BaseURL: r.models.URL(), Model: "scripted", Timeout: 10 * time.Second})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	opts := append([]Option{WithConn(nc), WithModel(client), WithTools(r.runs.registry(r.t)), WithNodeID(id),
+		WithMachine(turn.Config{Model: "scripted", System: "You are a weather agent."}), WithLeaseTTL(2 * time.Second)}, extra...)
+	n, err := Open(r.ctx, opts...)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { n.Close() })
+	return n
+}
+
+// model, then three parallel tools, then model, then answer.
+func TestTurnEndToEnd(t *testing.T) {
+	r := newRig(t)
+	n := r.node("a")
+	s := n.Session("s1")
+	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather in Oslo, Lima and Pune?"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Run(r.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 1 || res[0].Outcome.Termination.Reason != turn.NaturalEnd {
+		t.Fatalf("results %+v", res)
+	}
+	out := res[0].Outcome
+	var lines []string
+	for _, m := range out.Messages {
+		lines = append(lines, fmt.Sprintf("%s:%s:%d:%s", m.Role, m.Text, len(m.ToolCalls), m.CallID))
+	}
+	want := []string{
+		"user:Weather in Oslo, Lima and Pune?:0:",
+		"assistant::3:",
+		"tool:2C snow:0:call_1", "tool:18C grey:0:call_2", "tool:33C sun:0:call_3",
+		"assistant:Oslo is cold, Lima is grey, Pune is hot.:0:",
+	}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("transcript:\n%s\nwant:\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+	}
+	if out.Usage != (turn.Usage{InputTokens: 130, OutputTokens: 42}) {
+		t.Fatalf("usage %+v", out.Usage)
+	}
+	if r.models.Requests() != 2 || r.runs.runs["Oslo"] != 1 || r.runs.runs["Pune"] != 1 {
+		t.Fatalf("model requests %d, tool runs %v", r.models.Requests(), r.runs.runs)
+	}
+	// Nothing is left to run; the transcript reads back from the log.
+	if more, err := s.Run(r.ctx); err != nil || len(more) != 0 {
+		t.Fatalf("second run: %v %v", more, err)
+	}
+	tr, err := s.Transcript(r.ctx)
+	if err != nil || len(tr) != 6 {
+		t.Fatalf("transcript %d, %v", len(tr), err)
+	}
+	// The projection agrees.
+	p, err := projector.Open(t.TempDir(), n.Streams(), projector.Config{Stream: streams.Sessions, Filter: "lash.sess.>",
+		Folds: []projector.Fold{projector.NewSessions("lash")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.CatchUp(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	h, err := p.Session("s1")
+	if err != nil || h.Turns != 1 || h.Messages != 6 || h.Usage != out.Usage || h.PendingInputs != 0 || h.Status != turn.StatusDone {
+		t.Fatalf("projection head %+v, %v", h, err)
+	}
+}
+
+var errCrash = errors.New("crash")
+
+// A node that dies at any boundary of the turn leaves it to another, which
+// finishes it by replay: one commit, each recorded model request and tool
+// run done once, the same transcript as without the crash.
+func TestCrashAtEveryBoundary(t *testing.T) {
+	boundaries := []string{"lease", "fence", "before-record sync-tools", "after-record sync-tools",
+		"before-record llm-call", "after-record llm-call", "before-record tool call_2", "after-record tool call_2",
+		"before-record checkpoint", "after-record checkpoint", "before-commit", "after-commit"}
+	for _, b := range boundaries {
+		t.Run(strings.ReplaceAll(b, " ", "_"), func(t *testing.T) {
+			r := newRig(t)
+			var once sync.Once
+			crashed := false
+			conn := r.conn()
+			// The crash: the connection drops and the driver stops there;
+			// nothing after the boundary reaches the server, not even the
+			// lease release, so the second node waits out the TTL.
+			first := r.nodeOn(conn, "first", withBoundary(func(name string) error {
+				if name == b {
+					hit := false
+					once.Do(func() { hit = true })
+					if hit {
+						crashed = true
+						conn.Close()
+						return errCrash
+					}
+				}
+				return nil
+			}))
+			s := first.Session("s1")
+			if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather in Oslo, Lima and Pune?"}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Run(r.ctx); err == nil || !crashed {
+				t.Fatalf("first node: %v, crashed %v", err, crashed)
+			}
+			// The first node is gone: its connection and liveness too.
+			first.Close()
+			second := r.node("second")
+			var res []TurnResult
+			testenv.WaitFor(t, 20*time.Second, func() error {
+				more, err := second.Session("s1").Run(r.ctx)
+				res = append(res, more...)
+				return err
+			})
+			tr, err := second.Session("s1").Transcript(r.ctx)
+			if err != nil || len(tr) != 6 || tr[5].Text != "Oslo is cold, Lima is grey, Pune is hot." {
+				t.Fatalf("transcript %d %v", len(tr), err)
+			}
+			// One commit: the log holds exactly one commit of the turn.
+			st, err := second.Session("s1").load(r.ctx)
+			if err != nil || len(st.turns) != 1 {
+				t.Fatalf("commits %v, %v", st.turns, err)
+			}
+			for _, h := range r.models.Seen() {
+				if c := r.models.Count(h.Hash); c != 1 {
+					t.Errorf("model request %s made %d times", h.Summary, c)
+				}
+			}
+			for city, c := range r.runs.runs {
+				if c != 1 {
+					t.Errorf("tool for %s ran %d times", city, c)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,195 @@
+package lash
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/lash-run/lash/effectlog"
+	"github.com/lash-run/lash/leases"
+	"github.com/lash-run/lash/provider"
+	"github.com/lash-run/lash/sessionlog"
+	"github.com/lash-run/lash/streams"
+	"github.com/lash-run/lash/tools"
+	"github.com/lash-run/lash/turn"
+	"github.com/nats-io/nats.go"
+)
+
+// Model is a model provider: provider/openai's Client and
+// provider/scripted's Model both are one.
+type Model interface {
+	Complete(ctx context.Context, req turn.ModelRequest, onDelta func(text string)) (turn.ModelResponse, error)
+}
+
+// Option configures a Node.
+type Option func(*options)
+
+type options struct {
+	conn      *nats.Conn
+	storeDir  string
+	streams   streams.Config
+	model     Model
+	tools     *tools.Registry
+	machine   turn.Config
+	nodeID    string
+	leaseTTL  time.Duration
+	toolTime  time.Duration
+	logger    *slog.Logger
+	boundary  func(string) error
+	heartbeat time.Duration
+}
+
+// WithConn uses an existing NATS connection.
+func WithConn(nc *nats.Conn) Option { return func(o *options) { o.conn = nc } }
+
+// WithEmbedded starts an in-process nats-server with JetStream storing its
+// files in dir, used when no connection is given.
+func WithEmbedded(dir string) Option { return func(o *options) { o.storeDir = dir } }
+
+// WithStreams sets the deployment's prefix and replication.
+func WithStreams(c streams.Config) Option { return func(o *options) { o.streams = c } }
+
+// WithModel sets the model provider.
+func WithModel(m Model) Option { return func(o *options) { o.model = m } }
+
+// WithTools sets the tools offered to the model.
+func WithTools(r *tools.Registry) Option { return func(o *options) { o.tools = r } }
+
+// WithMachine sets the turn machine's configuration: model name, system
+// prompt, limits and hooks. Every node of a deployment must use the same.
+func WithMachine(c turn.Config) Option { return func(o *options) { o.machine = c } }
+
+// WithNodeID names the node; default: a fresh id.
+func WithNodeID(id string) Option { return func(o *options) { o.nodeID = id } }
+
+// WithLeaseTTL sets how long a session lease lives without renewal
+// (whole seconds). Default 15s.
+func WithLeaseTTL(d time.Duration) Option { return func(o *options) { o.leaseTTL = d } }
+
+// WithToolTimeout sets the default per-call tool timeout. Default 1m.
+func WithToolTimeout(d time.Duration) Option { return func(o *options) { o.toolTime = d } }
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// Node runs sessions' turns. Any number of nodes share a deployment.
+type Node struct {
+	opts     options
+	embedded *streams.Embedded
+	nc       *nats.Conn
+	ownConn  bool
+	client   *streams.Client
+	log      *sessionlog.Log
+	journal  *effectlog.Journal
+	leases   *leases.Manager
+	runner   *tools.Runner
+	owner    leases.Owner
+
+	mu      sync.Mutex
+	running map[string]bool // sessions this node is driving
+	stop    context.CancelFunc
+	beats   sync.WaitGroup
+}
+
+// ErrBusy: the session is being run, by this node or another.
+var ErrBusy = errors.New("lash: session is busy")
+
+// Open connects (or starts the embedded server), ensures the deployment
+// and starts the node's liveness heartbeat.
+func Open(ctx context.Context, opts ...Option) (*Node, error) {
+	o := options{leaseTTL: 15 * time.Second, toolTime: time.Minute, logger: slog.Default()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.model == nil {
+		return nil, errors.New("lash: a node needs a model (WithModel)")
+	}
+	if o.tools == nil {
+		o.tools = tools.New()
+	}
+	if o.nodeID == "" {
+		o.nodeID = leases.LocalOwner("node").Incarnation
+	}
+	if o.heartbeat == 0 {
+		o.heartbeat = o.leaseTTL / 3
+	}
+	n := &Node{opts: o, nc: o.conn, running: map[string]bool{}}
+	if n.nc == nil {
+		if o.storeDir == "" {
+			return nil, errors.New("lash: give a NATS connection (WithConn) or a data directory (WithEmbedded)")
+		}
+		e, err := streams.StartEmbedded(streams.EmbeddedConfig{StoreDir: o.storeDir, Listen: "none"})
+		if err != nil {
+			return nil, err
+		}
+		nc, err := e.Connect()
+		if err != nil {
+			e.Shutdown()
+			return nil, err
+		}
+		n.embedded, n.nc, n.ownConn = e, nc, true
+	}
+	c, err := streams.Open(ctx, n.nc, o.streams)
+	if err != nil {
+		n.closeConn()
+		return nil, err
+	}
+	n.client = c
+	n.log = sessionlog.New(c)
+	n.journal = effectlog.New(c, effectlog.WithRecorder(o.nodeID))
+	n.owner = leases.LocalOwner(o.nodeID)
+	n.leases = leases.New(c, n.owner)
+	n.runner = tools.NewRunner(o.tools, tools.WithDefaultTimeout(o.toolTime), tools.WithLogger(o.logger))
+	if err := n.leases.Beat(ctx, o.leaseTTL); err != nil {
+		n.closeConn()
+		return nil, fmt.Errorf("lash: node liveness: %w", err)
+	}
+	bctx, stop := context.WithCancel(context.Background())
+	n.stop = stop
+	n.beats.Add(1)
+	go n.beat(bctx)
+	return n, nil
+}
+
+func (n *Node) beat(ctx context.Context) {
+	defer n.beats.Done()
+	t := time.NewTicker(n.opts.heartbeat)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := n.leases.Beat(ctx, n.opts.leaseTTL); err != nil && ctx.Err() == nil {
+				n.opts.logger.Warn("node liveness beat failed", "node", n.opts.nodeID, "err", err)
+			}
+		}
+	}
+}
+
+// Streams is the node's JetStream client.
+func (n *Node) Streams() *streams.Client { return n.client }
+
+// Close stops the node. Turns running on it stop at their next effect and
+// keep their leases until the TTL; their work is recovered by replay.
+func (n *Node) Close() error {
+	n.stop()
+	n.beats.Wait()
+	n.closeConn()
+	return nil
+}
+
+func (n *Node) closeConn() {
+	if n.ownConn {
+		n.nc.Close()
+	}
+	if n.embedded != nil {
+		n.embedded.Shutdown()
+	}
+}
+
+// callError maps a provider failure to the machine's CallError.
+func callError(err error) *turn.CallError { return provider.CallError(err) }

@@ -1,0 +1,88 @@
+package lash
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/lash-run/lash/sessionlog"
+	"github.com/lash-run/lash/turn"
+)
+
+// Session is one conversation. Any node may run it; one at a time does.
+type Session struct {
+	n  *Node
+	id string
+}
+
+// Session returns the session with id.
+func (n *Node) Session(id string) *Session { return &Session{n: n, id: id} }
+
+// ID is the session's id.
+func (s *Session) ID() string { return s.id }
+
+// Send appends input to the session, durably: from its return on, the input
+// is consumed by exactly one turn, whatever happens to the nodes. key is the
+// client's idempotency key: sending again with the same key within the
+// dedupe window returns the same revision with duplicate set.
+func (s *Session) Send(ctx context.Context, key string, in Input) (seq uint64, duplicate bool, err error) {
+	data, err := json.Marshal(in)
+	if err != nil {
+		return 0, false, fmt.Errorf("%w: %v", ErrBadInput, err)
+	}
+	if _, err := parseInput(data); err != nil {
+		return 0, false, err
+	}
+	return s.n.log.AppendInput(ctx, s.id, key, data)
+}
+
+// Transcript is the session's committed conversation, read from its log.
+func (s *Session) Transcript(ctx context.Context) ([]turn.Message, error) {
+	st, err := s.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return st.history, nil
+}
+
+// state is a session as its committed log leaves it.
+type state struct {
+	history   []turn.Message
+	suspended []turn.SuspendedCall
+	cursor    uint64
+	turns     map[string]uint64 // committed turn id -> revision
+	usage     turn.Usage
+}
+
+// load folds the session's log. It reads the whole log: the projection
+// takes this over for long sessions.
+func (s *Session) load(ctx context.Context) (*state, error) {
+	st := &state{turns: map[string]uint64{}}
+	err := s.n.log.Read(ctx, s.id, 0, func(seq uint64, e *sessionlog.Entry) error {
+		if e.Kind != sessionlog.KindCommit {
+			return nil
+		}
+		b, err := sessionlog.DecodeTurnBody(e.Body)
+		if err != nil {
+			return fmt.Errorf("session %s revision %d: %w", s.id, seq, err)
+		}
+		st.apply(e.Turn, seq, b)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+func (st *state) apply(turnID string, seq uint64, b *sessionlog.TurnBody) {
+	st.turns[turnID] = seq
+	st.history = append(st.history, b.Outcome.Messages...)
+	st.suspended = b.Outcome.Suspended
+	st.cursor = max(st.cursor, b.InputCursor)
+	st.usage = st.usage.Add(b.Outcome.Usage)
+}
+
+// errStop ends a read early.
+var errStop = errors.New("stop")
