@@ -34,6 +34,23 @@ func (s *Session) Send(ctx context.Context, key string, in Input) (seq uint64, d
 	if _, err := parseInput(data); err != nil {
 		return 0, false, err
 	}
+	if len(in.Decisions) > 0 {
+		// A decision must name a call the session holds suspended; the
+		// machine would only pass over one that does not.
+		st, err := s.load(ctx)
+		if err != nil {
+			return 0, false, err
+		}
+		for _, d := range in.Decisions {
+			known := false
+			for _, c := range st.suspended {
+				known = known || c.Call.ID == d.CallID
+			}
+			if !known {
+				return 0, false, fmt.Errorf("%w: decision %q: session %s has no suspended call %q", ErrBadInput, d.ID, s.id, d.CallID)
+			}
+		}
+	}
 	return s.n.log.AppendInput(ctx, s.id, key, data)
 }
 

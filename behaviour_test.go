@@ -1,0 +1,278 @@
+package lash
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lash-run/lash/effectlog"
+	"github.com/lash-run/lash/leases"
+	"github.com/lash-run/lash/provider/openai"
+	"github.com/lash-run/lash/provider/scripted"
+	"github.com/lash-run/lash/sessionlog"
+	"github.com/lash-run/lash/streams"
+	"github.com/lash-run/lash/testenv"
+	"github.com/lash-run/lash/tools"
+	"github.com/lash-run/lash/turn"
+)
+
+const injectScript = `
+rule lookup
+  when tools = 0
+  call weather {"city":"Oslo"}
+
+rule tomorrow
+  when user contains tomorrow
+  say Tomorrow looks the same.
+
+default
+  say Oslo is cold.
+`
+
+// An input sent while a turn runs is injected at its next checkpoint, once;
+// also when the node dies right after that checkpoint was recorded.
+func TestInputInjectedAtCheckpoint(t *testing.T) {
+	for _, crash := range []bool{false, true} {
+		t.Run(map[bool]string{false: "no-crash", true: "crash-after-checkpoint"}[crash], func(t *testing.T) {
+			r := newRig(t)
+			r.models = testenv.RunModelServer(t, scripted.MustParse(injectScript))
+			conn := r.conn()
+			var other *Session
+			sent, crashed := false, false
+			first := r.nodeOn(conn, "first", withBoundary(func(name string) error {
+				switch {
+				case name == "before-record checkpoint" && !sent:
+					sent = true
+					if _, _, err := other.Send(context.Background(), "k2", Input{Text: "and tomorrow?"}); err != nil {
+						t.Error(err)
+					}
+				case name == "after-record checkpoint" && crash && !crashed:
+					crashed = true
+					conn.Close()
+					return errCrash
+				}
+				return nil
+			}))
+			other = r.node("sender").Session("s1")
+			s := first.Session("s1")
+			if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather in Oslo?"}); err != nil {
+				t.Fatal(err)
+			}
+			res, err := s.Run(r.ctx)
+			runner := first
+			if crash {
+				if err == nil {
+					t.Fatal("the first node did not crash")
+				}
+				first.Close()
+				runner = r.node("second")
+				testenv.WaitFor(t, 20*time.Second, func() error {
+					more, err := runner.Session("s1").Run(r.ctx)
+					res = append(res, more...)
+					return err
+				})
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if len(res) != 1 {
+				t.Fatalf("%d turns; the injected input must not start another", len(res))
+			}
+			tr, _ := runner.Session("s1").Transcript(r.ctx)
+			injected := 0
+			for _, m := range tr {
+				if m.Role == turn.RoleUser && m.Text == "and tomorrow?" {
+					injected++
+				}
+			}
+			if injected != 1 || tr[len(tr)-1].Text != "Tomorrow looks the same." {
+				t.Fatalf("injected %d times; transcript ends %q", injected, tr[len(tr)-1].Text)
+			}
+			if more, err := runner.Session("s1").Run(r.ctx); err != nil || len(more) != 0 {
+				t.Fatalf("after the turn: %d more turns, %v", len(more), err)
+			}
+		})
+	}
+}
+
+// Of two nodes racing for a session one runs it; a node fenced out while
+// it runs cannot commit its late work.
+func TestFencedOutNodeCannotCommit(t *testing.T) {
+	r := newRig(t)
+	var second *Node
+	var secondRes []TurnResult
+	first := r.node("first", withBoundary(func(name string) error {
+		if name != "before-commit" || second == nil {
+			return nil
+		}
+		// The first node stalls here (a long pause, say) while an operator
+		// frees the lease and the second node runs the session.
+		key, _ := leases.Key("sess", "s1")
+		e, err := second.Streams().KVGet(context.Background(), key)
+		if err != nil {
+			return err
+		}
+		if err := second.Streams().KVDelete(context.Background(), key, e.Revision); err != nil {
+			return err
+		}
+		res, err := second.Session("s1").Run(context.Background())
+		secondRes = res
+		if err != nil {
+			t.Errorf("second node: %v", err)
+		}
+		return nil
+	}))
+	second = r.node("second")
+	s := first.Session("s1")
+	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather in Oslo, Lima and Pune?"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Run(r.ctx)
+	if !errors.Is(err, sessionlog.ErrFenced) && !errors.Is(err, streams.ErrConflict) && !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("the fenced-out node's commit: %v", err)
+	}
+	if len(secondRes) != 1 {
+		t.Fatalf("second node committed %d turns", len(secondRes))
+	}
+	// The log: fences with growing tokens, one commit, under the newest.
+	var tokens []uint64
+	commits := 0
+	err = sessionlog.New(first.Streams()).Read(r.ctx, "s1", 0, func(_ uint64, e *sessionlog.Entry) error {
+		if e.Kind == sessionlog.KindFence {
+			if len(tokens) > 0 && e.Token <= tokens[len(tokens)-1] {
+				t.Errorf("fence tokens do not grow: %v then %d", tokens, e.Token)
+			}
+			tokens = append(tokens, e.Token)
+		} else {
+			commits++
+			if e.Token != tokens[len(tokens)-1] {
+				t.Errorf("commit under token %d after fence %d", e.Token, tokens[len(tokens)-1])
+			}
+		}
+		return nil
+	})
+	if err != nil || len(tokens) != 2 || commits != 1 {
+		t.Fatalf("log: fences %v, commits %d, %v", tokens, commits, err)
+	}
+}
+
+// A redeploy between the crash and the replay: the turn keeps the catalog
+// it started with (a tool gone since fails as a tool error the model sees),
+// and a changed system prompt is a clear nondeterminism error.
+func TestReplayAcrossRedeploy(t *testing.T) {
+	t.Run("tool-removed", func(t *testing.T) {
+		r := newRig(t)
+		conn := r.conn()
+		first := r.nodeOn(conn, "first", withBoundary(func(name string) error {
+			if name == "after-record sync-tools" {
+				conn.Close()
+				return errCrash
+			}
+			return nil
+		}))
+		s := first.Session("s1")
+		if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather?"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Run(r.ctx); err == nil {
+			t.Fatal("no crash")
+		}
+		first.Close()
+		client, _ := openai.New(openai.Config{BaseURL: r.models.URL(), Model: "scripted"})
+		second := r.node("second", WithModel(client), WithTools(tools.New()))
+		var res []TurnResult
+		testenv.WaitFor(t, 20*time.Second, func() error {
+			more, err := second.Session("s1").Run(r.ctx)
+			res = append(res, more...)
+			return err
+		})
+		if len(res) != 1 {
+			t.Fatalf("%d turns", len(res))
+		}
+		failed := 0
+		for _, m := range res[0].Outcome.Messages {
+			if m.Role == turn.RoleTool && m.Error && strings.Contains(m.Text, "unknown tool") {
+				failed++
+			}
+		}
+		if failed != 3 {
+			t.Fatalf("%d tool calls failed as unknown tools; want 3: %+v", failed, res[0].Outcome.Messages)
+		}
+	})
+	t.Run("system-prompt-changed", func(t *testing.T) {
+		r := newRig(t)
+		conn := r.conn()
+		first := r.nodeOn(conn, "first", withBoundary(func(name string) error {
+			if name == "after-record llm-call" {
+				conn.Close()
+				return errCrash
+			}
+			return nil
+		}))
+		s := first.Session("s1")
+		if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather?"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Run(r.ctx); err == nil {
+			t.Fatal("no crash")
+		}
+		first.Close()
+		second := r.node("second", WithMachine(turn.Config{Model: "scripted", System: "You are a different agent."}))
+		var err error
+		testenv.WaitFor(t, 20*time.Second, func() error {
+			_, err = second.Session("s1").Run(r.ctx)
+			if errors.Is(err, ErrBusy) {
+				return err
+			}
+			return nil
+		})
+		var nd *effectlog.NondeterminismError
+		if !errors.As(err, &nd) || nd.Key.Kind != turn.KindLLMCall || nd.Recorded == nd.Current ||
+			!strings.Contains(err.Error(), nd.Key.String()) || !strings.Contains(err.Error(), "lash:nondeterminism") {
+			t.Fatalf("replay with another system prompt: %v", err)
+		}
+		st, _ := second.Session("s1").load(r.ctx)
+		if len(st.turns) != 0 || r.models.Requests() != 1 {
+			t.Fatalf("commits %v, model requests %d", st.turns, r.models.Requests())
+		}
+	})
+}
+
+// Bad input gets a clear error and changes nothing; a malformed message on
+// the input subject is consumed by a turn that says why, and no other
+// session notices.
+func TestBadInput(t *testing.T) {
+	r := newRig(t)
+	n := r.node("a")
+	s := n.Session("bad")
+	cases := map[string]Input{
+		"empty":           {},
+		"unknown call":    {Decisions: []Decision{{ID: "d1", CallID: "call_9", Action: "resume"}}},
+		"unknown action":  {Decisions: []Decision{{ID: "d1", CallID: "call_9", Action: "maybe"}}},
+		"oversized input": {Text: strings.Repeat("x", MaxInputBytes+1)},
+	}
+	for name, in := range cases {
+		if _, _, err := s.Send(r.ctx, name, in); !errors.Is(err, ErrBadInput) {
+			t.Errorf("%s: %v, want ErrBadInput", name, err)
+		}
+	}
+	subj, _ := n.Streams().Subjects().SessionInputs("bad")
+	if last, err := n.Streams().LastSeq(r.ctx, streams.Sessions); err != nil || last != 0 {
+		t.Fatalf("refused inputs wrote something: last seq %d, %v", last, err)
+	}
+	// A program publishes garbage straight to the subject.
+	if _, _, err := n.Streams().Publish(r.ctx, streams.Publication{Subject: subj, Data: []byte("{not json")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := n.Session("good").Send(r.ctx, "k", Input{Text: "Weather?"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Run(r.ctx)
+	if err != nil || len(res) != 1 || res[0].Outcome.Termination.Code != "invalid_input" || len(res[0].Outcome.Messages) != 0 {
+		t.Fatalf("malformed input: %+v, %v", res, err)
+	}
+	if good, err := n.Session("good").Run(r.ctx); err != nil || len(good) != 1 || good[0].Outcome.Termination.Reason != turn.NaturalEnd {
+		t.Fatalf("the other session: %+v, %v", good, err)
+	}
+}
