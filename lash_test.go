@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -81,7 +83,8 @@ func (r *rig) nodeOn(nc *nats.Conn, id string, extra ...Option) *Node {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	opts := append([]Option{WithConn(nc), WithModel(client), WithTools(r.runs.registry(r.t)), WithNodeID(id),
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	opts := append([]Option{WithConn(nc), WithLogger(quiet), WithModel(client), WithTools(r.runs.registry(r.t)), WithNodeID(id),
 		WithMachine(turn.Config{Model: "scripted", System: "You are a weather agent."}), WithLeaseTTL(2 * time.Second)}, extra...)
 	n, err := Open(r.ctx, opts...)
 	if err != nil {

@@ -28,18 +28,19 @@ type Model interface {
 type Option func(*options)
 
 type options struct {
-	conn      *nats.Conn
-	storeDir  string
-	streams   streams.Config
-	model     Model
-	tools     *tools.Registry
-	machine   turn.Config
-	nodeID    string
-	leaseTTL  time.Duration
-	toolTime  time.Duration
-	logger    *slog.Logger
-	boundary  func(string) error
-	heartbeat time.Duration
+	conn        *nats.Conn
+	storeDir    string
+	streams     streams.Config
+	model       Model
+	tools       *tools.Registry
+	machine     turn.Config
+	nodeID      string
+	leaseTTL    time.Duration
+	toolTime    time.Duration
+	logger      *slog.Logger
+	boundary    func(string) error
+	heartbeat   time.Duration
+	concurrency int
 }
 
 // WithConn uses an existing NATS connection.

@@ -84,6 +84,16 @@ func (s Subjects) SessionInputs(session string) (string, error) {
 	return s.prefix + ".sess." + t[0] + ".in", nil
 }
 
+// SessionOf returns the session id of a session subject.
+func (s Subjects) SessionOf(subject string) (string, error) {
+	rest, ok := strings.CutPrefix(subject, s.prefix+".sess.")
+	tok, _, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 {
+		return "", fmt.Errorf("%w: %s is not a session subject", ErrBadID, subject)
+	}
+	return ParseToken(tok)
+}
+
 // AllSessionInputs matches the inputs of every session.
 func (s Subjects) AllSessionInputs() string { return s.prefix + ".sess.*.in" }
 

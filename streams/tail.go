@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -19,7 +20,10 @@ func (c *Client) Tail(ctx context.Context, s Stream, filters []string, from uint
 }
 
 func (c *Client) tail(ctx context.Context, st jetstream.Stream, filters []string, from uint64, fn func(m *Msg, pending uint64) error) error {
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters}
+	// Ordered consumers outlive a stopped reader for their inactive
+	// threshold (five minutes by default): readers come and go by the
+	// thousand, so shorten it, and delete the consumer when done.
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, InactiveThreshold: 30 * time.Second}
 	if from > 1 {
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = from
@@ -38,7 +42,16 @@ func (c *Client) tail(ctx context.Context, st jetstream.Stream, filters []string
 	}
 	stop := context.AfterFunc(ctx, it.Stop)
 	defer stop()
-	defer it.Stop()
+	defer func() {
+		it.Stop()
+		if info := cons.CachedInfo(); info != nil {
+			go func(name string) {
+				dctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
+				defer cancel()
+				_ = st.DeleteConsumer(dctx, name)
+			}(info.Name)
+		}
+	}()
 	for {
 		raw, err := it.Next()
 		if err != nil {

@@ -1,0 +1,105 @@
+package lash
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/lash-run/lash/streams"
+)
+
+// dispatchConsumer is the durable consumer every node of a deployment
+// shares over session inputs.
+const dispatchConsumer = "lash-dispatch"
+
+// WithConcurrency caps the sessions one node runs at once. Default 16.
+func WithConcurrency(n int) Option { return func(o *options) { o.concurrency = n } }
+
+// Serve takes session inputs from the deployment's shared dispatch
+// consumer and runs their sessions until nothing is pending, until ctx
+// ends. An input is acknowledged once its session ran dry; one whose node
+// died comes back to another node after the ack wait and is recovered by
+// replay. A session busy elsewhere is handed back for later, so it never
+// runs twice at once.
+func (n *Node) Serve(ctx context.Context) error {
+	ackWait := 2 * n.opts.leaseTTL
+	d, err := n.client.Dispatcher(ctx, streams.Sessions, dispatchConsumer, n.client.Subjects().AllSessionInputs(), ackWait)
+	if err != nil {
+		return err
+	}
+	limit := n.opts.concurrency
+	if limit <= 0 {
+		limit = 16
+	}
+	sem := make(chan struct{}, limit)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for ctx.Err() == nil {
+		// Fetch only as much as there is room to run.
+		sem <- struct{}{}
+		free := 1
+		for free < limit && len(sem) < limit {
+			sem <- struct{}{}
+			free++
+		}
+		ds, err := d.Fetch(ctx, free, time.Second)
+		for range free - len(ds) {
+			<-sem
+		}
+		if err != nil && ctx.Err() == nil {
+			n.opts.logger.Warn("dispatch fetch failed", "node", n.opts.nodeID, "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+		for _, dl := range ds {
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				n.dispatch(ctx, dl, ackWait)
+			}()
+		}
+	}
+	return ctx.Err()
+}
+
+// dispatch runs the session of one delivered input.
+func (n *Node) dispatch(ctx context.Context, dl *streams.Delivery, ackWait time.Duration) {
+	sid, err := n.client.Subjects().SessionOf(dl.Msg.Subject)
+	if err != nil {
+		n.opts.logger.Error("dispatched a message that names no session", "subject", dl.Msg.Subject, "err", err)
+		_ = dl.Ack() // nothing can ever run it
+		return
+	}
+	// Long turns keep the delivery from coming back while they run.
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		t := time.NewTicker(ackWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = dl.InProgress()
+			}
+		}
+	}()
+	_, err = n.Session(sid).Run(ctx)
+	switch {
+	case err == nil:
+		if err := dl.Ack(); err != nil {
+			n.opts.logger.Warn("ack of a dispatched input", "session", sid, "err", err)
+		}
+	case errors.Is(err, ErrBusy):
+		_ = dl.Retry(n.opts.leaseTTL / 2)
+	default:
+		if ctx.Err() == nil {
+			n.opts.logger.Warn("session run failed; it will be retried", "session", sid, "err", err)
+		}
+		_ = dl.Retry(n.opts.leaseTTL)
+	}
+}
