@@ -213,9 +213,20 @@ func TestCrashAtEveryBoundary(t *testing.T) {
 					t.Errorf("model request %s made %d times", h.Summary, c)
 				}
 			}
-			for city, c := range r.runs.runs {
-				if c != 1 {
-					t.Errorf("tool for %s ran %d times", city, c)
+			// A tool whose outcome the first node recorded ran once; one it
+			// ran without recording (the crash came first) may run again.
+			recs, err := second.journal.Load(r.ctx, "s1", "in-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			city := map[string]string{"call_1": "Oslo", "call_2": "Lima", "call_3": "Pune"}
+			for _, rec := range recs {
+				if rec.Key.Kind != turn.KindToolCall {
+					continue
+				}
+				runs := r.runs.runs[city[rec.Key.Call]]
+				if rec.Recorder == "first" && runs != 1 || runs < 1 || runs > 2 {
+					t.Errorf("tool %s (recorded by %s) ran %d times", rec.Key.Call, rec.Recorder, runs)
 				}
 			}
 		})
