@@ -1,184 +1,166 @@
-// Command scripted-turn drives one agent turn through the turn machine
-// against a scripted model, in-process. The first worker "crashes" in the
-// middle of the turn; a second worker replays the journal it left and
-// finishes the turn without calling the model or the tools again for work
-// already recorded.
+// Command scripted-turn runs lash's main job on the embedded default: two
+// worker nodes share an in-process NATS server with JetStream; the first
+// dies in the middle of a turn, after its tool batch; the second finishes
+// the turn by replaying the journal, without calling the model or the
+// tools again for the work already recorded.
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"strings"
+	"sync/atomic"
+	"time"
 
+	"github.com/lash-run/lash"
+	"github.com/lash-run/lash/effectlog"
+	"github.com/lash-run/lash/provider/scripted"
+	"github.com/lash-run/lash/streams"
+	"github.com/lash-run/lash/tools"
 	"github.com/lash-run/lash/turn"
 )
 
-// entry is one journaled answer, with the hash of the request it answered.
-type entry struct {
-	hash   turn.Hash
-	result turn.Result
-}
+const script = `
+rule look-up
+  when tools = 0
+  call weather {"city":"Oslo"}
+  call weather {"city":"Lima"}
+  call weather {"city":"Pune"}
 
-// journal maps replay keys to answers. In lash it lives on JetStream; here
-// it is a map that outlives the crashed worker.
-type journal map[string]entry
-
-type counters struct{ model, tools int }
-
-var errCrash = errors.New("worker crashed")
+default
+  say Oslo 2C snow; Lima 18C grey; Pune 33C sun.
+`
 
 func main() {
-	if err := run(); err != nil {
+	if err := run(os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "scripted-turn:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	cfg := turn.Config{Model: "scripted", System: "You are a weather assistant."}
-	start := turn.Start{Session: "demo", Turn: "turn-1", Input: turn.Input{
-		Messages: []turn.Message{{Role: turn.RoleUser, Text: "Weather in Oslo, Lima and Pune?"}}}}
-	j := journal{}
+// counts is what the demo proves: how often the model and each tool ran.
+type counts struct{ model, tools atomic.Int32 }
 
-	fmt.Println("worker 1: starting the turn")
-	var c1 counters
-	_, err := drive(cfg, start, j, &c1, 4)
-	if !errors.Is(err, errCrash) {
-		return fmt.Errorf("worker 1 should have crashed, got %v", err)
+type countingModel struct {
+	m *scripted.Model
+	c *counts
+	// die, when set, is called instead of the second inference: the
+	// worker dies there.
+	die func() error
+}
+
+func (cm countingModel) Complete(ctx context.Context, req turn.ModelRequest, onDelta func(string)) (turn.ModelResponse, error) {
+	if cm.die != nil && cm.c.model.Load() == 1 {
+		return turn.ModelResponse{}, cm.die()
 	}
-	fmt.Printf("worker 1: crashed after %d journal entries (model calls %d, tool runs %d)\n\n", len(j), c1.model, c1.tools)
+	cm.c.model.Add(1)
+	return cm.m.Complete(ctx, req, onDelta)
+}
 
-	fmt.Println("worker 2: replaying the journal and finishing the turn")
-	var c2 counters
-	out, err := drive(cfg, start, j, &c2, -1)
+func run(w io.Writer) error {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "lash-demo")
 	if err != nil {
 		return err
 	}
-	fmt.Printf("worker 2: done (model calls %d, tool runs %d)\n\n", c2.model, c2.tools)
-	fmt.Printf("outcome: %s, %d iterations\n", out.Termination, out.Iterations)
-	for _, m := range out.Messages {
-		line := m.Role.String() + ": " + m.Text
-		for _, c := range m.ToolCalls {
-			line += fmt.Sprintf(" [call %s %s]", c.Name, c.Arguments)
+	defer os.RemoveAll(dir)
+	srv, err := streams.StartEmbedded(streams.EmbeddedConfig{StoreDir: dir, Listen: "none"})
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+	fmt.Fprintln(w, "embedded NATS with JetStream (fsync before ack) in", dir)
+
+	var c counts
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	weather := tools.New()
+	tool, _ := tools.Func("weather", "current weather of a city", func(ctx context.Context, a struct {
+		City string `json:"city"`
+	}) (string, error) {
+		c.tools.Add(1)
+		return map[string]string{"Oslo": "2C snow", "Lima": "18C grey", "Pune": "33C sun"}[a.City], nil
+	})
+	weather.Register(tool)
+	script := scripted.MustParse(script)
+
+	// Worker one dies as it starts its second inference: its connection
+	// drops, and nothing after that reaches the server, not even its
+	// lease release.
+	conn1, err := srv.Connect()
+	if err != nil {
+		return err
+	}
+	dying := countingModel{m: scripted.NewModel(script), c: &c, die: func() error {
+		conn1.Close()
+		return errors.New("worker died")
+	}}
+	machine := turn.Config{Model: "scripted", System: "You are a weather agent."}
+	node1, err := lash.Open(ctx, lash.WithConn(conn1), lash.WithNodeID("worker-1"), lash.WithModel(dying),
+		lash.WithTools(weather), lash.WithMachine(machine), lash.WithLeaseTTL(time.Second), lash.WithLogger(quiet))
+	if err != nil {
+		return err
+	}
+	defer node1.Close()
+	session := node1.Session("demo")
+	if _, _, err := session.Send(ctx, "question-1", lash.Input{Text: "Weather in Oslo, Lima and Pune?"}); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nworker-1: running the turn")
+	if _, err := session.Run(ctx); err == nil {
+		return errors.New("worker-1 should have died")
+	}
+	fmt.Fprintf(w, "worker-1: died before its second inference (model calls so far %d, tool runs %d)\n", c.model.Load(), c.tools.Load())
+
+	conn2, err := srv.Connect()
+	if err != nil {
+		return err
+	}
+	defer conn2.Close()
+	node2, err := lash.Open(ctx, lash.WithConn(conn2), lash.WithNodeID("worker-2"),
+		lash.WithModel(countingModel{m: scripted.NewModel(script), c: &c}), lash.WithTools(weather), lash.WithMachine(machine), lash.WithLeaseTTL(time.Second), lash.WithLogger(quiet))
+	if err != nil {
+		return err
+	}
+	defer node2.Close()
+	fmt.Fprintln(w, "\nworker-2: waiting for worker-1's lease to expire, then replaying")
+	var turns []lash.TurnResult
+	for {
+		turns, err = node2.Session("demo").Run(ctx)
+		if !errors.Is(err, lash.ErrBusy) {
+			break
 		}
-		fmt.Println("  " + line)
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		return err
+	}
+	if len(turns) != 1 {
+		return fmt.Errorf("worker-2 committed %d turns", len(turns))
+	}
+	t := turns[0]
+	fmt.Fprintf(w, "worker-2: committed %s at revision %d: %d effects replayed, %d executed\n",
+		t.Turn, t.Seq, t.Replayed, t.Executed)
+	fmt.Fprintf(w, "in all: %d model calls, %d tool runs\n", c.model.Load(), c.tools.Load())
+
+	fmt.Fprintln(w, "\njournal of the turn (who recorded each effect):")
+	recs, err := effectlog.New(node2.Streams()).Load(ctx, "demo", t.Turn)
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		fmt.Fprintf(w, "  %-38s %s\n", r.Key, r.Recorder)
+	}
+	fmt.Fprintf(w, "\noutcome: %s, %d iterations\n", t.Outcome.Termination, t.Outcome.Iterations)
+	for _, m := range t.Outcome.Messages {
+		line := m.Role.String() + ": " + m.Text
+		for _, call := range m.ToolCalls {
+			line += fmt.Sprintf(" [%s %s]", call.Name, call.Arguments)
+		}
+		fmt.Fprintln(w, "  "+strings.TrimSpace(line))
 	}
 	return nil
-}
-
-// drive runs the machine, answering from the journal where it can and doing
-// the work otherwise. It crashes once crashAfter new entries were recorded.
-func drive(cfg turn.Config, start turn.Start, j journal, c *counters, crashAfter int) (turn.Outcome, error) {
-	m, err := turn.New(cfg, start)
-	if err != nil {
-		return turn.Outcome{}, err
-	}
-	recorded := 0
-	for {
-		e := m.Next()
-		switch e := e.(type) {
-		case *turn.Progress, *turn.Emit:
-			continue
-		case *turn.Done:
-			return e.Outcome, nil
-		case *turn.ToolCalls:
-			// Each call has its own key: a crash mid-batch re-runs only the
-			// calls without a recorded result.
-			var res turn.ToolResults
-			res.ID = e.H.ID
-			for _, pc := range e.Calls {
-				key := pc.Key.String()
-				if ent, ok := j[key]; ok {
-					if ent.hash != pc.Hash {
-						return turn.Outcome{}, fmt.Errorf("nondeterminism at %s", key)
-					}
-					fmt.Printf("  replayed %s\n", key)
-					res.Results = append(res.Results, ent.result.(turn.ToolResults).Results...)
-					continue
-				}
-				if recorded == crashAfter {
-					return turn.Outcome{}, errCrash
-				}
-				one := turn.ToolResults{ID: e.H.ID, Results: []turn.ToolResult{runTool(pc.Call, c)}}
-				j[key] = entry{pc.Hash, one}
-				recorded++
-				fmt.Printf("  executed %s\n", key)
-				res.Results = append(res.Results, one.Results...)
-			}
-			if err := m.Deliver(res); err != nil {
-				return turn.Outcome{}, err
-			}
-		default:
-			h := e.Head()
-			key := h.Key.String()
-			ent, ok := j[key]
-			if ok {
-				if ent.hash != h.Hash {
-					return turn.Outcome{}, fmt.Errorf("nondeterminism at %s", key)
-				}
-				fmt.Printf("  replayed %s\n", key)
-			} else {
-				if recorded == crashAfter {
-					return turn.Outcome{}, errCrash
-				}
-				ent = entry{h.Hash, answer(e, c)}
-				j[key] = ent
-				recorded++
-				fmt.Printf("  executed %s\n", key)
-			}
-			if err := m.Deliver(ent.result); err != nil {
-				return turn.Outcome{}, err
-			}
-		}
-	}
-}
-
-// answer performs an effect other than a tool batch.
-func answer(e turn.Effect, c *counters) turn.Result {
-	id := e.Head().ID
-	switch e := e.(type) {
-	case *turn.SyncTools:
-		return turn.ToolsSynced{ID: id, Tools: []turn.ToolSpec{{Name: "weather", Description: "current weather for a city",
-			Schema: `{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`}}}
-	case *turn.LLMCall:
-		c.model++
-		return turn.LLMResult{ID: id, Response: scriptedModel(e.Request)}
-	case *turn.Sleep:
-		return turn.SleepDone{ID: id}
-	case *turn.Checkpoint:
-		return turn.CheckpointResult{ID: id}
-	case *turn.AwaitEvent:
-		return turn.EventResult{ID: id, TimedOut: true}
-	}
-	panic(fmt.Sprintf("unexpected effect %T", e))
-}
-
-// scriptedModel asks for three lookups, then answers from the tool results.
-func scriptedModel(req turn.ModelRequest) *turn.ModelResponse {
-	var results []string
-	for _, m := range req.Messages {
-		if m.Role == turn.RoleTool {
-			results = append(results, m.Text)
-		}
-	}
-	if len(results) == 0 {
-		var calls []turn.ToolCall
-		for i, city := range []string{"Oslo", "Lima", "Pune"} {
-			calls = append(calls, turn.ToolCall{ID: fmt.Sprintf("call-%d", i+1), Name: "weather", Arguments: `{"city":"` + city + `"}`})
-		}
-		return &turn.ModelResponse{ToolCalls: calls, Finish: turn.FinishToolCalls, Usage: turn.Usage{InputTokens: 40, OutputTokens: 30}}
-	}
-	return &turn.ModelResponse{Text: strings.Join(results, "; "), Finish: turn.FinishStop, Usage: turn.Usage{InputTokens: 90, OutputTokens: 20}}
-}
-
-func runTool(call turn.ToolCall, c *counters) turn.ToolResult {
-	c.tools++
-	weather := map[string]string{"Oslo": "Oslo: 2C, snow", "Lima": "Lima: 19C, overcast", "Pune": "Pune: 31C, sunny"}
-	for city, w := range weather {
-		if strings.Contains(call.Arguments, city) {
-			return turn.ToolResult{CallID: call.ID, Status: turn.ToolOK, Output: w}
-		}
-	}
-	return turn.ToolResult{CallID: call.ID, Status: turn.ToolError, Output: "unknown city"}
 }
