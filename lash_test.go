@@ -62,16 +62,24 @@ func (c *counter) registry(t testing.TB) *tools.Registry {
 }
 
 type rig struct {
-	t      *testing.T
-	ctx    context.Context
-	conn   func() *nats.Conn
-	models *testenv.ModelServer
-	runs   *counter
+	t        *testing.T
+	ctx      context.Context
+	conn     func() *nats.Conn
+	replicas int
+	models   *testenv.ModelServer
+	runs     *counter
 }
 
 func newRig(t *testing.T) *rig {
 	srv := testenv.RunJetStream(t)
-	return &rig{t: t, ctx: context.Background(), conn: func() *nats.Conn { return srv.Conn(t) },
+	return &rig{t: t, ctx: context.Background(), conn: func() *nats.Conn { return srv.Conn(t) }, replicas: 1,
+		models: testenv.RunModelServer(t, scripted.MustParse(weatherScript)), runs: &counter{runs: map[string]int{}}}
+}
+
+// newClusterRig runs the deployment with R3 streams on a 3-node cluster.
+func newClusterRig(t *testing.T) *rig {
+	c := testenv.RunCluster(t, 3)
+	return &rig{t: t, ctx: context.Background(), conn: func() *nats.Conn { return c.Conn(t) }, replicas: 3,
 		models: testenv.RunModelServer(t, scripted.MustParse(weatherScript)), runs: &counter{runs: map[string]int{}}}
 }
 
@@ -84,7 +92,7 @@ func (r *rig) nodeOn(nc *nats.Conn, id string, extra ...Option) *Node {
 		r.t.Fatal(err)
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	opts := append([]Option{WithConn(nc), WithLogger(quiet), WithModel(client), WithTools(r.runs.registry(r.t)), WithNodeID(id),
+	opts := append([]Option{WithConn(nc), WithStreams(streams.Config{Replicas: r.replicas}), WithLogger(quiet), WithModel(client), WithTools(r.runs.registry(r.t)), WithNodeID(id),
 		WithMachine(turn.Config{Model: "scripted", System: "You are a weather agent."}), WithLeaseTTL(2 * time.Second)}, extra...)
 	n, err := Open(r.ctx, opts...)
 	if err != nil {
@@ -158,7 +166,17 @@ var errCrash = errors.New("crash")
 // A node that dies at any boundary of the turn leaves it to another, which
 // finishes it by replay: one commit, each recorded model request and tool
 // run done once, the same transcript as without the crash.
-func TestCrashAtEveryBoundary(t *testing.T) {
+func TestCrashAtEveryBoundary(t *testing.T) { crashMatrix(t, newRig) }
+
+// The same on a 3-node cluster with R3 streams.
+func TestCrashAtEveryBoundaryCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster crash matrix")
+	}
+	crashMatrix(t, newClusterRig)
+}
+
+func crashMatrix(t *testing.T, newRig func(*testing.T) *rig) {
 	boundaries := []string{"lease", "fence", "before-record sync-tools", "after-record sync-tools",
 		"before-record llm-call", "after-record llm-call", "before-record tool call_2", "after-record tool call_2",
 		"before-record checkpoint", "after-record checkpoint", "before-commit", "after-commit"}
