@@ -160,6 +160,23 @@ type drive struct {
 	executed int
 	replayed int
 	mu       sync.Mutex
+	// recorded is the turn's journal as it stood when the turn started:
+	// one read instead of a lookup per effect. Effects recorded since by
+	// another node are found by Record, which returns the first record.
+	recorded map[turn.ReplayKey]*effectlog.Record
+}
+
+// lookup returns the recorded outcome of the effect at key, checking that
+// it was recorded for the same request.
+func (d *drive) lookup(key turn.ReplayKey, hash turn.Hash) (*effectlog.Record, error) {
+	rec, ok := d.recorded[key]
+	if !ok {
+		return nil, effectlog.ErrNotRecorded
+	}
+	if rec.Hash != hash {
+		return nil, &effectlog.NondeterminismError{Key: key, Recorded: rec.Hash, Current: hash}
+	}
+	return rec, nil
 }
 
 func (d *drive) run(ctx context.Context, st *state, input *sessionlog.Input) (turn.Outcome, error) {
@@ -175,6 +192,14 @@ func (d *drive) run(ctx context.Context, st *state, input *sessionlog.Input) (tu
 		History: st.history, Suspended: st.suspended, Input: in.toTurn()})
 	if err != nil {
 		return turn.Outcome{}, err
+	}
+	recs, err := n.journal.Load(ctx, d.s.id, d.turn)
+	if err != nil {
+		return turn.Outcome{}, err
+	}
+	d.recorded = make(map[turn.ReplayKey]*effectlog.Record, len(recs))
+	for _, r := range recs {
+		d.recorded[r.Key] = r
 	}
 	for {
 		switch e := m.Next().(type) {
@@ -206,7 +231,7 @@ func (d *drive) run(ctx context.Context, st *state, input *sessionlog.Input) (tu
 func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) {
 	n := d.s.n
 	h := e.Head()
-	rec, err := n.journal.Lookup(ctx, h.Key, h.Hash)
+	rec, err := d.lookup(h.Key, h.Hash)
 	if err == nil {
 		a, err := decodeAnswer(rec.Outcome.Data)
 		if err != nil {
@@ -317,12 +342,11 @@ func (d *drive) arrived(ctx context.Context) (*answer, error) {
 // again; the others run in parallel and each outcome is recorded as it
 // comes.
 func (d *drive) toolCalls(ctx context.Context, batch *turn.ToolCalls) ([]turn.ToolResult, error) {
-	n := d.s.n
 	results := make([]turn.ToolResult, len(batch.Calls))
 	errs := make([]error, len(batch.Calls))
 	var wg sync.WaitGroup
 	for i, pc := range batch.Calls {
-		rec, err := n.journal.Lookup(ctx, pc.Key, pc.Hash)
+		rec, err := d.lookup(pc.Key, pc.Hash)
 		if err == nil {
 			a, err := decodeAnswer(rec.Outcome.Data)
 			if err != nil || a.Result == nil {
