@@ -2,6 +2,7 @@ package lash
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -201,10 +202,13 @@ func (d *drive) run(ctx context.Context, st *state, input *sessionlog.Input) (tu
 	for _, r := range recs {
 		d.recorded[r.Key] = r
 	}
+	cancelNow := in.Cancel
 	for {
 		switch e := m.Next().(type) {
-		case *turn.Progress, *turn.Emit:
-			// Live events are published by a later increment.
+		case *turn.Progress:
+			d.publish(liveEvent{Type: "progress", Turn: d.turn, Messages: e.Messages, Events: e.Events})
+		case *turn.Emit:
+			d.publish(liveEvent{Type: "emit", Turn: d.turn, Events: []turn.Event{e.Event}})
 		case *turn.Done:
 			return e.Outcome, nil
 		case *turn.ToolCalls:
@@ -216,6 +220,13 @@ func (d *drive) run(ctx context.Context, st *state, input *sessionlog.Input) (tu
 				return turn.Outcome{}, err
 			}
 		default:
+			if cancelNow {
+				// The turn's own input is a cancel: answer its first
+				// effect with it, journaled like any answer.
+				cancelNow = false
+				reason := "cancelled by input"
+				e = cancelled{e, reason}
+			}
 			r, err := d.effect(ctx, e)
 			if err != nil {
 				return turn.Outcome{}, err
@@ -225,6 +236,12 @@ func (d *drive) run(ctx context.Context, st *state, input *sessionlog.Input) (tu
 			}
 		}
 	}
+}
+
+// cancelled marks an effect to be answered with Cancel.
+type cancelled struct {
+	turn.Effect
+	reason string
 }
 
 // effect answers one effect from the journal or by performing it.
@@ -247,8 +264,10 @@ func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) 
 	if err := d.s.boundary("before-record " + e.Kind().String()); err != nil {
 		return nil, err
 	}
-	a, err := d.perform(ctx, e)
-	if err != nil {
+	var a *answer
+	if c, ok := e.(cancelled); ok {
+		a = &answer{Cancel: &c.reason}
+	} else if a, err = d.perform(ctx, e); err != nil {
 		return nil, err
 	}
 	data, err := encodeAnswer(a)
@@ -333,9 +352,35 @@ func (d *drive) arrived(ctx context.Context) (*answer, error) {
 		t := parsed.toTurn()
 		a.Messages = append(a.Messages, t.Messages...)
 		a.Decisions = append(a.Decisions, t.Decisions...)
+		if parsed.Cancel && a.Cancel == nil {
+			reason := fmt.Sprintf("cancelled by input %d", in.Seq)
+			a.Cancel = &reason
+		}
 		return nil
 	})
 	return a, err
+}
+
+// liveEvent is what a turn publishes on the session's live subject for
+// UIs: ephemeral, never journaled.
+type liveEvent struct {
+	Type     string         `json:"type"`
+	Turn     string         `json:"turn"`
+	Messages []turn.Message `json:"messages,omitempty"`
+	Events   []turn.Event   `json:"events,omitempty"`
+}
+
+func (d *drive) publish(ev liveEvent) {
+	subj, err := d.s.n.client.Subjects().Live(d.s.id)
+	if err != nil {
+		return
+	}
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return
+	}
+	// Best effort: live events are hints for watchers, not state.
+	_ = d.s.n.nc.Publish(subj, data)
 }
 
 // toolCalls answers a batch: calls recorded in the journal are not run

@@ -21,6 +21,10 @@ const MaxInputBytes = 256 << 10
 type Input struct {
 	Text      string     `json:"text,omitempty"`
 	Decisions []Decision `json:"decisions,omitempty"`
+	// Cancel ends the running turn at its next safe boundary (a
+	// checkpoint or a wait), cancelling its calls; with no turn running,
+	// the turn it starts ends cancelled at once.
+	Cancel bool `json:"cancel,omitempty"`
 }
 
 // Decision resumes or cancels one suspended tool call.
@@ -45,8 +49,8 @@ func parseInput(data []byte) (Input, error) {
 	if err := dec.Decode(&in); err != nil {
 		return in, fmt.Errorf("%w: %v", ErrBadInput, err)
 	}
-	if in.Text == "" && len(in.Decisions) == 0 {
-		return in, fmt.Errorf("%w: neither text nor decisions", ErrBadInput)
+	if in.Text == "" && len(in.Decisions) == 0 && !in.Cancel {
+		return in, fmt.Errorf("%w: no text, decisions or cancel", ErrBadInput)
 	}
 	for _, d := range in.Decisions {
 		if _, err := d.toTurn(); err != nil {

@@ -54,6 +54,19 @@ func (s *Session) Send(ctx context.Context, key string, in Input) (seq uint64, d
 	return s.n.log.AppendInput(ctx, s.id, key, data)
 }
 
+// Decide sends a decision for a suspended tool call; key is its idempotency
+// key.
+func (s *Session) Decide(ctx context.Context, key string, d Decision) (uint64, error) {
+	seq, _, err := s.Send(ctx, key, Input{Decisions: []Decision{d}})
+	return seq, err
+}
+
+// Cancel asks the session's running turn to stop at its next safe boundary.
+func (s *Session) Cancel(ctx context.Context, key string) (uint64, error) {
+	seq, _, err := s.Send(ctx, key, Input{Cancel: true})
+	return seq, err
+}
+
 // Transcript is the session's committed conversation, read from its log.
 func (s *Session) Transcript(ctx context.Context) ([]turn.Message, error) {
 	st, err := s.load(ctx)

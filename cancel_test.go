@@ -1,0 +1,101 @@
+package lash
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lash-run/lash/testenv"
+	"github.com/lash-run/lash/turn"
+	"github.com/nats-io/nats.go"
+)
+
+// A cancel sent while a turn runs stops it at its next checkpoint: the
+// model is not called again. A cancel with no turn running ends the turn it
+// starts at once.
+func TestCancel(t *testing.T) {
+	r := newRig(t)
+	var other *Session
+	sent := false
+	n := r.node("a", withBoundary(func(name string) error {
+		if name == "before-record checkpoint" && !sent {
+			sent = true
+			if _, err := other.Cancel(context.Background(), "stop-1"); err != nil {
+				t.Error(err)
+			}
+		}
+		return nil
+	}))
+	other = r.node("sender").Session("s1")
+	s := n.Session("s1")
+	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather in Oslo, Lima and Pune?"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Run(r.ctx)
+	if err != nil || len(res) != 1 || res[0].Outcome.Termination.Reason != turn.Cancelled {
+		t.Fatalf("run: %+v, %v", res, err)
+	}
+	if r.models.Requests() != 1 {
+		t.Fatalf("model called %d times after the cancel", r.models.Requests())
+	}
+	if _, err := s.Cancel(r.ctx, "stop-2"); err != nil {
+		t.Fatal(err)
+	}
+	res, err = s.Run(r.ctx)
+	if err != nil || len(res) != 1 || res[0].Outcome.Termination.Reason != turn.Cancelled || r.models.Requests() != 1 {
+		t.Fatalf("cancel with no turn running: %+v, %v, %d model calls", res, err, r.models.Requests())
+	}
+}
+
+// A running turn publishes its progress on the session's live subject.
+func TestLiveEvents(t *testing.T) {
+	r := newRig(t)
+	n := r.node("a")
+	watch := r.conn()
+	var mu sync.Mutex
+	var events []liveEvent
+	sub, err := watch.Subscribe("lash.live.s1", func(m *nats.Msg) {
+		var ev liveEvent
+		if err := json.Unmarshal(m.Data, &ev); err == nil {
+			mu.Lock()
+			events = append(events, ev)
+			mu.Unlock()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	watch.Flush()
+	s := n.Session("s1")
+	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather in Oslo, Lima and Pune?"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Run(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 5*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		var types []string
+		for _, ev := range events {
+			for _, e := range ev.Events {
+				types = append(types, e.Type)
+			}
+		}
+		all := strings.Join(types, " ")
+		for _, want := range []string{turn.EventRunStarted, turn.EventToolStarted, turn.EventToolFinished, turn.EventRunFinished} {
+			if !strings.Contains(all, want) {
+				return &missing{want, all}
+			}
+		}
+		return nil
+	})
+}
+
+type missing struct{ want, got string }
+
+func (m *missing) Error() string { return "no " + m.want + " event in: " + m.got }
