@@ -66,7 +66,7 @@ func TestInputInjectedAtCheckpoint(t *testing.T) {
 				if err == nil {
 					t.Fatal("the first node did not crash")
 				}
-				first.Close()
+				first.Close(context.Background())
 				runner = r.node("second")
 				testenv.WaitFor(t, 20*time.Second, func() error {
 					more, err := runner.Session("s1").Run(r.ctx)
@@ -178,7 +178,7 @@ func TestReplayAcrossRedeploy(t *testing.T) {
 		if _, err := s.Run(r.ctx); err == nil {
 			t.Fatal("no crash")
 		}
-		first.Close()
+		first.Close(context.Background())
 		client, _ := openai.New(openai.Config{BaseURL: r.models.URL(), Model: "scripted"})
 		second := r.node("second", WithModel(client), WithTools(tools.New()))
 		var res []TurnResult
@@ -217,7 +217,7 @@ func TestReplayAcrossRedeploy(t *testing.T) {
 		if _, err := s.Run(r.ctx); err == nil {
 			t.Fatal("no crash")
 		}
-		first.Close()
+		first.Close(context.Background())
 		second := r.node("second", WithMachine(turn.Config{Model: "scripted", System: "You are a different agent."}))
 		var err error
 		testenv.WaitFor(t, 20*time.Second, func() error {

@@ -70,7 +70,7 @@ func BenchmarkTurn(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer n.Close()
+	defer n.Close(context.Background())
 
 	var memory time.Duration
 	b.Run("memory", func(b *testing.B) {

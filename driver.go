@@ -34,17 +34,27 @@ type TurnResult struct {
 func (s *Session) Run(ctx context.Context) ([]TurnResult, error) {
 	n := s.n
 	n.mu.Lock()
+	if n.closing {
+		n.mu.Unlock()
+		return nil, ErrClosed
+	}
 	if n.running[s.id] {
 		n.mu.Unlock()
 		return nil, fmt.Errorf("%w: %s runs on this node", ErrBusy, s.id)
 	}
 	n.running[s.id] = true
+	n.runs.Add(1)
 	n.mu.Unlock()
 	defer func() {
 		n.mu.Lock()
 		delete(n.running, s.id)
 		n.mu.Unlock()
+		n.runs.Done()
 	}()
+	// A drain that runs out of time stops the turn like its caller would.
+	ctx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	defer context.AfterFunc(n.halt, cancelRun)()
 
 	key, err := leases.Key("sess", s.id)
 	if err != nil {

@@ -40,7 +40,7 @@ default
 		fmt.Println(err)
 		return
 	}
-	defer node.Close()
+	defer node.Close(ctx)
 
 	s := node.Session("demo")
 	if _, _, err := s.Send(ctx, "msg-1", lash.Input{Text: "What time is it?"}); err != nil {

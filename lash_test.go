@@ -98,7 +98,7 @@ func (r *rig) nodeOn(nc *nats.Conn, id string, extra ...Option) *Node {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	r.t.Cleanup(func() { n.Close() })
+	r.t.Cleanup(func() { n.Close(context.Background()) })
 	return n
 }
 
@@ -209,7 +209,7 @@ func crashMatrix(t *testing.T, newRig func(*testing.T) *rig) {
 				t.Fatalf("first node: %v, crashed %v", err, crashed)
 			}
 			// The first node is gone: its connection and liveness too.
-			first.Close()
+			first.Close(context.Background())
 			second := r.node("second")
 			var res []TurnResult
 			testenv.WaitFor(t, 20*time.Second, func() error {

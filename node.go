@@ -91,9 +91,17 @@ type Node struct {
 
 	mu      sync.Mutex
 	running map[string]bool // sessions this node is driving
+	closing bool
 	stop    context.CancelFunc
 	beats   sync.WaitGroup
+	// runs counts running turns; halt cancels them when draining ends.
+	runs sync.WaitGroup
+	halt context.Context
+	end  context.CancelFunc
 }
+
+// ErrClosed: the node is draining or closed and takes no new work.
+var ErrClosed = errors.New("lash: node is closed")
 
 // ErrBusy: the session is being run, by this node or another.
 var ErrBusy = errors.New("lash: session is busy")
@@ -118,6 +126,7 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 		o.heartbeat = o.leaseTTL / 3
 	}
 	n := &Node{opts: o, nc: o.conn, running: map[string]bool{}}
+	n.halt, n.end = context.WithCancel(context.Background())
 	if n.nc == nil {
 		if o.storeDir == "" {
 			return nil, errors.New("lash: give a NATS connection (WithConn) or a data directory (WithEmbedded)")
@@ -174,13 +183,33 @@ func (n *Node) beat(ctx context.Context) {
 // Streams is the node's JetStream client.
 func (n *Node) Streams() *streams.Client { return n.client }
 
-// Close stops the node. Turns running on it stop at their next effect and
-// keep their leases until the TTL; their work is recovered by replay.
-func (n *Node) Close() error {
+// Close drains the node: it takes no new work, lets running turns finish
+// until ctx ends, then stops the rest, which release their leases; what
+// they recorded is finished by replay on another node. It returns ctx's
+// error if it had to stop turns.
+func (n *Node) Close(ctx context.Context) error {
+	n.mu.Lock()
+	if n.closing {
+		n.mu.Unlock()
+		return nil
+	}
+	n.closing = true
+	n.mu.Unlock()
+	drained := make(chan struct{})
+	go func() { n.runs.Wait(); close(drained) }()
+	var err error
+	select {
+	case <-drained:
+	case <-ctx.Done():
+		err = ctx.Err()
+		n.end()
+		<-drained
+	}
+	n.end()
 	n.stop()
 	n.beats.Wait()
 	n.closeConn()
-	return nil
+	return err
 }
 
 func (n *Node) closeConn() {

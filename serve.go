@@ -35,7 +35,7 @@ func (n *Node) Serve(ctx context.Context) error {
 	sem := make(chan struct{}, limit)
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && !n.isClosing() {
 		// Fetch only as much as there is room to run.
 		sem <- struct{}{}
 		free := 1
@@ -96,10 +96,18 @@ func (n *Node) dispatch(ctx context.Context, dl *streams.Delivery, ackWait time.
 		}
 	case errors.Is(err, ErrBusy):
 		_ = dl.Retry(n.opts.leaseTTL / 2)
+	case errors.Is(err, ErrClosed):
+		_ = dl.Retry(0) // for another node, at once
 	default:
 		if ctx.Err() == nil {
 			n.opts.logger.Warn("session run failed; it will be retried", "session", sid, "err", err)
 		}
 		_ = dl.Retry(n.opts.leaseTTL)
 	}
+}
+
+func (n *Node) isClosing() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.closing
 }

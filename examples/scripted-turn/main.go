@@ -104,7 +104,7 @@ func run(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer node1.Close()
+	defer node1.Close(ctx)
 	session := node1.Session("demo")
 	if _, _, err := session.Send(ctx, "question-1", lash.Input{Text: "Weather in Oslo, Lima and Pune?"}); err != nil {
 		return err
@@ -125,7 +125,7 @@ func run(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer node2.Close()
+	defer node2.Close(ctx)
 	fmt.Fprintln(w, "\nworker-2: waiting for worker-1's lease to expire, then replaying")
 	var turns []lash.TurnResult
 	for {
