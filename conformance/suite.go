@@ -98,6 +98,7 @@ var subtests = []subtest{
 	{"effectlog/first-writer-wins", testFirstWriterWins},
 	{"effectlog/nondeterminism", testNondeterminism},
 	{"effectlog/failure-replays", testFailureReplays},
+	{"effectlog/retention", testJournalRetention},
 	{"streams/schema-mismatch", testSchemaMismatch},
 	{"streams/read-reliable", testReadReliable},
 	{"streams/usable-after-open", testUsableAfterOpen},

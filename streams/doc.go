@@ -19,6 +19,10 @@
 // Ids become subject tokens through Token: ids made of [A-Za-z0-9_-] stay
 // as they are, anything else becomes '=' and its base64url encoding.
 //
+// Effect records expire after Config.JournalRetention (default a week): the
+// EFFECTS stream's max age. It must exceed the longest turn; a committed
+// turn's journal is kept that long for inspection.
+//
 // Ensure (run by Open) creates what is missing and compares what exists
 // with what this build expects; a difference is refused with a
 // *SchemaError (ErrSchemaMismatch) and nothing is changed.

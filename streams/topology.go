@@ -55,6 +55,10 @@ type Config struct {
 	// MaxMsgSize caps one message; larger payloads go to the object store.
 	// Default 1 MiB.
 	MaxMsgSize int32
+	// JournalRetention is how long effect records are kept: long enough to
+	// inspect a committed turn, and longer than any turn runs. The server
+	// removes older records. Default 7 days; negative keeps them forever.
+	JournalRetention time.Duration
 }
 
 // Defaults.
@@ -62,6 +66,8 @@ const (
 	DefaultPrefix          = "lash"
 	DefaultDuplicateWindow = 2 * time.Minute
 	DefaultMaxMsgSize      = 1 << 20
+	// DefaultJournalRetention keeps effect records a week.
+	DefaultJournalRetention = 7 * 24 * time.Hour
 )
 
 var prefixRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
@@ -79,6 +85,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxMsgSize == 0 {
 		c.MaxMsgSize = DefaultMaxMsgSize
 	}
+	if c.JournalRetention == 0 {
+		c.JournalRetention = DefaultJournalRetention
+	}
 	return c
 }
 
@@ -92,6 +101,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("streams: replicas %d: must be 1 to 5", c.Replicas)
 	case c.DuplicateWindow < time.Second:
 		return fmt.Errorf("streams: duplicate window %s: must be at least a second", c.DuplicateWindow)
+	case c.JournalRetention > 0 && c.JournalRetention < c.DuplicateWindow:
+		return fmt.Errorf("streams: journal retention %s is shorter than the duplicate window %s", c.JournalRetention, c.DuplicateWindow)
 	case c.MaxMsgSize < 1024:
 		return fmt.Errorf("streams: max message size %d: must be at least 1024", c.MaxMsgSize)
 	}
@@ -137,8 +148,13 @@ func (c Config) streamConfig(s Stream) jetstream.StreamConfig {
 		Processes: {p + ".proc.>"},
 		Triggers:  {p + ".signal.>", p + ".trig.>"},
 	}[s]
+	var maxAge time.Duration
+	if s == Effects && c.JournalRetention > 0 {
+		maxAge = c.JournalRetention
+	}
 	return jetstream.StreamConfig{
 		Name:       c.streamName(s),
+		MaxAge:     maxAge,
 		Subjects:   subjects,
 		Storage:    jetstream.FileStorage,
 		Retention:  jetstream.LimitsPolicy,
