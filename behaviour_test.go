@@ -276,3 +276,73 @@ func TestBadInput(t *testing.T) {
 		t.Fatalf("the other session: %+v, %v", good, err)
 	}
 }
+
+// An input that arrives after a turn's last checkpoint starts the next
+// turn: it is neither lost nor injected into a turn that can no longer
+// read it.
+func TestInputAfterLastCheckpointStartsNextTurn(t *testing.T) {
+	r := newRig(t)
+	var other *Session
+	sent := false
+	n := r.node("a", withBoundary(func(name string) error {
+		if name == "before-commit" && !sent {
+			sent = true
+			if _, _, err := other.Send(context.Background(), "k2", Input{Text: "Weather in Oslo?"}); err != nil {
+				t.Error(err)
+			}
+		}
+		return nil
+	}))
+	other = r.node("sender").Session("s1")
+	s := n.Session("s1")
+	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather in Oslo, Lima and Pune?"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Run(r.ctx)
+	if err != nil || len(res) != 2 || res[1].Outcome.Messages[0].Text != "Weather in Oslo?" {
+		t.Fatalf("turns %+v, %v", res, err)
+	}
+}
+
+// A turn whose call a hook suspends is committed Waiting; a decision sent
+// later resumes it in the next turn, which runs the call and answers.
+func TestSuspendAndDecide(t *testing.T) {
+	r := newRig(t)
+	approve := turn.Hooks{BeforeTool: func(_ turn.View, c turn.ToolCall) turn.Gate {
+		if strings.Contains(c.Arguments, "Pune") {
+			return turn.Gate{Verdict: turn.Suspend, Ticket: turn.Ticket{Reason: "approve Pune"}}
+		}
+		return turn.Gate{}
+	}}
+	n := r.node("a", WithMachine(turn.Config{Model: "scripted", System: "You are a weather agent.", Hooks: approve}))
+	s := n.Session("s1")
+	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather in Oslo, Lima and Pune?"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Run(r.ctx)
+	if err != nil || len(res) != 1 {
+		t.Fatalf("first turn: %+v, %v", res, err)
+	}
+	// Oslo and Lima answered; the model went on and answered too; Pune waits.
+	if out := res[0].Outcome; out.Status != turn.StatusWaiting || len(out.Suspended) != 1 || out.Suspended[0].Call.ID != "call_3" {
+		t.Fatalf("first turn: status %s, suspended %+v", out.Status, out.Suspended)
+	}
+	if _, err := s.Decide(r.ctx, "d-bad", Decision{ID: "d0", CallID: "call_9", Action: "resume"}); !errors.Is(err, ErrBadInput) {
+		t.Fatalf("decision for an unknown call: %v", err)
+	}
+	if _, err := s.Decide(r.ctx, "d-1", Decision{ID: "d1", CallID: "call_3", Action: "resume", Mode: "replay"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err = s.Run(r.ctx)
+	if err != nil || len(res) != 1 || res[0].Outcome.Status != turn.StatusDone || len(res[0].Outcome.Suspended) != 0 {
+		t.Fatalf("resumed turn: %+v, %v", res, err)
+	}
+	if r.runs.runs["Pune"] != 1 {
+		t.Fatalf("Pune ran %d times", r.runs.runs["Pune"])
+	}
+	tr, _ := s.Transcript(r.ctx)
+	last := tr[len(tr)-1]
+	if last.Role != turn.RoleAssistant {
+		t.Fatalf("the resumed turn did not end with an answer: %+v", last)
+	}
+}

@@ -56,9 +56,9 @@ func TestLiveEvents(t *testing.T) {
 	n := r.node("a")
 	watch := r.conn()
 	var mu sync.Mutex
-	var events []liveEvent
+	var events []LiveEvent
 	sub, err := watch.Subscribe("lash.live.s1", func(m *nats.Msg) {
-		var ev liveEvent
+		var ev LiveEvent
 		if err := json.Unmarshal(m.Data, &ev); err == nil {
 			mu.Lock()
 			events = append(events, ev)
@@ -99,3 +99,23 @@ func TestLiveEvents(t *testing.T) {
 type missing struct{ want, got string }
 
 func (m *missing) Error() string { return "no " + m.want + " event in: " + m.got }
+
+// Turn.Stream returns the input's turn and hands its live events over as
+// they come.
+func TestTurnStream(t *testing.T) {
+	r := newRig(t)
+	n := r.node("a")
+	var types []string
+	res, err := n.Session("s1").Turn("k1", Input{Text: "Weather in Oslo, Lima and Pune?"}).Stream(r.ctx, func(ev LiveEvent) {
+		for _, e := range ev.Events {
+			types = append(types, e.Type)
+		}
+	})
+	if err != nil || res.Turn != "in-1" || res.Outcome.Termination.Reason != turn.NaturalEnd {
+		t.Fatalf("turn %+v, %v", res, err)
+	}
+	all := strings.Join(types, " ")
+	if !strings.Contains(all, turn.EventToolStarted) || !strings.Contains(all, turn.EventRunFinished) {
+		t.Fatalf("live events: %s", all)
+	}
+}

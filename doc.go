@@ -9,7 +9,9 @@
 // node that died is finished by another without calling the model again or
 // re-running recorded tools. Each turn ends in one idempotent commit.
 //
-// This is the first increment of the facade: a single Run drives a session
-// on the calling goroutine. Dispatch across nodes, live events, decisions
-// and cancellation through the API, and draining come next.
+// Session.Turn(key, input).Run (or Stream, with live events) sends one
+// input and returns the turn that consumed it; Decide and Cancel are inputs
+// too, applied at the turn's next safe boundary. Node.Serve takes inputs
+// from a durable consumer shared by every node, so any node runs any
+// session, never two at once. Node.Close drains.
 package lash

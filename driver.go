@@ -20,8 +20,10 @@ var ErrLeaseLost = errors.New("lash: session lease lost")
 
 // TurnResult is one committed turn.
 type TurnResult struct {
-	Turn    string
-	Seq     uint64 // the commit's revision on the session log
+	Turn string
+	Seq  uint64 // the commit's revision on the session log
+	// Cursor is the last input the turn consumed.
+	Cursor  uint64
 	Outcome turn.Outcome
 	// Executed counts effects this node performed; Replayed those it took
 	// from the journal.
@@ -91,11 +93,16 @@ func (s *Session) Run(ctx context.Context) ([]TurnResult, error) {
 	defer func() {
 		cancel(nil)
 		<-renewed
-		if err := n.leases.Release(context.WithoutCancel(ctx), lease); err != nil && !errors.Is(err, leases.ErrLost) {
-			n.opts.logger.Warn("releasing a session lease", "session", s.id, "err", err)
-		}
 	}()
 	results, err := s.runTurns(ctx, lease)
+	cancel(nil)
+	<-renewed
+	if rerr := n.leases.Release(context.WithoutCancel(ctx), lease); rerr != nil && !errors.Is(rerr, leases.ErrLost) {
+		n.opts.logger.Warn("releasing a session lease", "session", s.id, "err", rerr)
+	}
+	if err == nil {
+		err = s.boundary("after-release")
+	}
 	if cause := context.Cause(ctx); err != nil && cause != nil && errors.Is(cause, ErrLeaseLost) {
 		err = cause
 	}
@@ -150,8 +157,19 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 		}
 		b, _ := sessionlog.DecodeTurnBody(body)
 		st.apply(turnID, pos.Seq(), b)
-		results = append(results, TurnResult{Turn: turnID, Seq: pos.Seq(), Outcome: out, Executed: d.executed, Replayed: d.replayed})
+		results = append(results, TurnResult{Turn: turnID, Seq: pos.Seq(), Cursor: d.cursor, Outcome: out,
+			Executed: d.executed, Replayed: d.replayed})
 	}
+}
+
+// boundaries names a point around an effect twice: by kind ("after-record
+// llm-call") and by kind and id ("after-record llm-call 5").
+func (s *Session) boundaries(where string, e turn.Effect) error {
+	name := where + " " + e.Kind().String()
+	if err := s.boundary(name); err != nil {
+		return err
+	}
+	return s.boundary(fmt.Sprintf("%s %d", name, e.Head().ID))
 }
 
 // boundary lets tests stop the driver at a named point, as a crash would.
@@ -216,9 +234,9 @@ func (d *drive) run(ctx context.Context, st *state, input *sessionlog.Input) (tu
 	for {
 		switch e := m.Next().(type) {
 		case *turn.Progress:
-			d.publish(liveEvent{Type: "progress", Turn: d.turn, Messages: e.Messages, Events: e.Events})
+			d.publish(LiveEvent{Type: "progress", Turn: d.turn, Messages: e.Messages, Events: e.Events})
 		case *turn.Emit:
-			d.publish(liveEvent{Type: "emit", Turn: d.turn, Events: []turn.Event{e.Event}})
+			d.publish(LiveEvent{Type: "emit", Turn: d.turn, Events: []turn.Event{e.Event}})
 		case *turn.Done:
 			return e.Outcome, nil
 		case *turn.ToolCalls:
@@ -271,7 +289,7 @@ func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) 
 	if !errors.Is(err, effectlog.ErrNotRecorded) {
 		return nil, err // nondeterminism among them: the turn stops here
 	}
-	if err := d.s.boundary("before-record " + e.Kind().String()); err != nil {
+	if err := d.s.boundaries("before-record", e); err != nil {
 		return nil, err
 	}
 	var a *answer
@@ -291,7 +309,7 @@ func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) 
 	if a, err = decodeAnswer(rec.Outcome.Data); err != nil { // the winner's answer
 		return nil, err
 	}
-	if err := d.s.boundary("after-record " + e.Kind().String()); err != nil {
+	if err := d.s.boundaries("after-record", e); err != nil {
 		return nil, err
 	}
 	d.cursor = max(d.cursor, a.Cursor)
@@ -371,16 +389,16 @@ func (d *drive) arrived(ctx context.Context) (*answer, error) {
 	return a, err
 }
 
-// liveEvent is what a turn publishes on the session's live subject for
-// UIs: ephemeral, never journaled.
-type liveEvent struct {
+// LiveEvent is what a turn publishes, as JSON, on the session's live
+// subject (p.live.<session>) for UIs: ephemeral, never journaled.
+type LiveEvent struct {
 	Type     string         `json:"type"`
 	Turn     string         `json:"turn"`
 	Messages []turn.Message `json:"messages,omitempty"`
 	Events   []turn.Event   `json:"events,omitempty"`
 }
 
-func (d *drive) publish(ev liveEvent) {
+func (d *drive) publish(ev LiveEvent) {
 	subj, err := d.s.n.client.Subjects().Live(d.s.id)
 	if err != nil {
 		return

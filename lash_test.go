@@ -93,7 +93,7 @@ func (r *rig) nodeOn(nc *nats.Conn, id string, extra ...Option) *Node {
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	opts := append([]Option{WithConn(nc), WithStreams(streams.Config{Replicas: r.replicas}), WithLogger(quiet), WithModel(client), WithTools(r.runs.registry(r.t)), WithNodeID(id),
-		WithMachine(turn.Config{Model: "scripted", System: "You are a weather agent."}), WithLeaseTTL(2 * time.Second)}, extra...)
+		WithMachine(turn.Config{Model: "scripted", System: "You are a weather agent."}), WithLeaseTTL(time.Second)}, extra...)
 	n, err := Open(r.ctx, opts...)
 	if err != nil {
 		r.t.Fatal(err)
@@ -177,9 +177,15 @@ func TestCrashAtEveryBoundaryCluster(t *testing.T) {
 }
 
 func crashMatrix(t *testing.T, newRig func(*testing.T) *rig) {
-	boundaries := []string{"lease", "fence", "before-record sync-tools", "after-record sync-tools",
-		"before-record llm-call", "after-record llm-call", "before-record tool call_2", "after-record tool call_2",
-		"before-record checkpoint", "after-record checkpoint", "before-commit", "after-commit"}
+	// Every boundary of "model, three parallel tools, model, answer":
+	// effects 1 sync-tools, 2 llm-call, 3 the tool batch, 4 checkpoint,
+	// 5 llm-call, 6 checkpoint.
+	boundaries := []string{"lease", "fence"}
+	for _, at := range []string{"sync-tools 1", "llm-call 2", "tool call_1", "tool call_2", "tool call_3",
+		"checkpoint 4", "llm-call 5", "checkpoint 6"} {
+		boundaries = append(boundaries, "before-record "+at, "after-record "+at)
+	}
+	boundaries = append(boundaries, "before-commit", "after-commit", "after-release")
 	for _, b := range boundaries {
 		t.Run(strings.ReplaceAll(b, " ", "_"), func(t *testing.T) {
 			r := newRig(t)
