@@ -173,6 +173,7 @@ func TestCrashAtEveryBoundaryCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("cluster crash matrix")
 	}
+	testenv.SkipClusterUnderRace(t)
 	crashMatrix(t, newClusterRig)
 }
 

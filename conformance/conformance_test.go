@@ -16,6 +16,7 @@ func TestCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a three-node cluster in -short mode")
 	}
+	testenv.SkipClusterUnderRace(t)
 	c := testenv.RunCluster(t, 3)
 	conformance.Run(t, conformance.Env{Name: "3-node cluster", Replicas: 3, Conn: c.Conn})
 }

@@ -204,6 +204,7 @@ func TestClusterServerStopDuringWrites(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a three-node cluster with a failover in -short mode")
 	}
+	testenv.SkipClusterUnderRace(t)
 	start := time.Now()
 	c := testenv.RunCluster(t, 3)
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)

@@ -160,3 +160,15 @@ func (s *Server) stop() {
 		s.t.Errorf("testenv: %v", err)
 	}
 }
+
+// SkipClusterUnderRace skips a cluster test in a race-detector build:
+// nats-server v2.15.2 has a data race of its own in clustered
+// compare-and-set publishes (batchStagedDiff.commit against
+// applyStreamMsgOp), which the detector reports in whatever test runs the
+// cluster. .ci/run runs the cluster tests again without -race.
+func SkipClusterUnderRace(t testing.TB) {
+	t.Helper()
+	if RaceDetector {
+		t.Skip("cluster test: skipped under -race because of a data race inside nats-server v2.15.2; run without -race")
+	}
+}
