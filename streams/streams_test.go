@@ -148,7 +148,10 @@ func TestReadFailsWhenTheConnectionCloses(t *testing.T) {
 		t.Fatal(err)
 	}
 	subj, _ := c.Subjects().SessionInputs("s")
-	for i := range 50 {
+	// More than a consumer buffers in the client, so the rest must come
+	// from the server.
+	const total = 2000
+	for i := range total {
 		if _, _, err := c.Publish(ctx, streams.Publication{Subject: subj, Data: []byte(fmt.Sprint(i))}); err != nil {
 			t.Fatal(err)
 		}
@@ -161,6 +164,6 @@ func TestReadFailsWhenTheConnectionCloses(t *testing.T) {
 		return nil
 	})
 	if err == nil {
-		t.Fatalf("Read returned no error after %d of 50 messages", n)
+		t.Fatalf("Read returned no error after %d of %d messages", n, total)
 	}
 }
