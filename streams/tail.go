@@ -36,7 +36,10 @@ func (c *Client) tail(ctx context.Context, st jetstream.Stream, filters []string
 	if err != nil {
 		return fmt.Errorf("streams: tail %s: %w", st.CachedInfo().Config.Name, err)
 	}
-	it, err := cons.Messages()
+	// Short pull expiries and heartbeats: on a cluster the first pull can
+	// reach a server that does not know the new consumer yet and be lost;
+	// a missed heartbeat then resets the consumer within a second or two.
+	it, err := cons.Messages(jetstream.PullExpiry(2*time.Second), jetstream.PullHeartbeat(500*time.Millisecond))
 	if err != nil {
 		return fmt.Errorf("streams: tail %s: %w", st.CachedInfo().Config.Name, err)
 	}
