@@ -23,6 +23,10 @@ var (
 	ErrSnapshotVersion = errors.New("turn: unsupported snapshot version")
 )
 
+// maxCount bounds every counter a snapshot may hold: far beyond any real
+// turn, far below overflow.
+const maxCount = 1 << 32
+
 // canonicalHash hashes an effect kind and its request. The encoding is
 // msgpack of structs and slices only; maps would make it vary.
 func canonicalHash(k Kind, req any) Hash {
@@ -100,8 +104,11 @@ func (st *state) check() error {
 		return fmt.Errorf("unknown phase %d", st.Phase)
 	case st.Status < StatusRunning || st.Status > StatusDone:
 		return fmt.Errorf("unknown run status %d", st.Status)
-	case st.NextID < 1:
-		return errors.New("next effect id is zero")
+	case st.NextID < 1 || st.NextID > maxCount:
+		return fmt.Errorf("next effect id %d is out of range", st.NextID)
+	case st.Iteration > maxCount || st.Round > maxCount || st.Failures > maxCount || st.Fresh > maxCount ||
+		st.Attempt > maxCount || st.OutIter > maxCount:
+		return errors.New("counter out of range")
 	case st.Phase != phaseDone && (st.Out == 0 || st.Out >= st.NextID):
 		return fmt.Errorf("outstanding effect %d is not below next id %d", st.Out, st.NextID)
 	case st.HistoryLen < 0 || st.HistoryLen > len(st.Messages):
