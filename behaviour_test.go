@@ -68,11 +68,7 @@ func TestInputInjectedAtCheckpoint(t *testing.T) {
 				}
 				first.Close(context.Background())
 				runner = r.node("second")
-				testenv.WaitFor(t, 20*time.Second, func() error {
-					more, err := runner.Session("s1").Run(r.ctx)
-					res = append(res, more...)
-					return err
-				})
+				res = append(res, runUntilFree(t, runner.Session("s1"))...)
 			} else if err != nil {
 				t.Fatal(err)
 			}
@@ -181,12 +177,7 @@ func TestReplayAcrossRedeploy(t *testing.T) {
 		first.Close(context.Background())
 		client, _ := openai.New(openai.Config{BaseURL: r.models.URL(), Model: "scripted"})
 		second := r.node("second", WithModel(client), WithTools(tools.New()))
-		var res []TurnResult
-		testenv.WaitFor(t, 20*time.Second, func() error {
-			more, err := second.Session("s1").Run(r.ctx)
-			res = append(res, more...)
-			return err
-		})
+		res := runUntilFree(t, second.Session("s1"))
 		if len(res) != 1 {
 			t.Fatalf("%d turns", len(res))
 		}

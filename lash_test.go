@@ -218,12 +218,7 @@ func crashMatrix(t *testing.T, newRig func(*testing.T) *rig) {
 			// The first node is gone: its connection and liveness too.
 			first.Close(context.Background())
 			second := r.node("second")
-			var res []TurnResult
-			testenv.WaitFor(t, 20*time.Second, func() error {
-				more, err := second.Session("s1").Run(r.ctx)
-				res = append(res, more...)
-				return err
-			})
+			runUntilFree(t, second.Session("s1"))
 			tr, err := second.Session("s1").Transcript(r.ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -294,4 +289,17 @@ func describeTranscript(msgs []turn.Message) string {
 		b.WriteByte('\n')
 	}
 	return b.String()
+}
+
+// runUntilFree runs a session until it is no longer busy elsewhere (a dead
+// node's lease expires) and a run succeeds, and returns the turns committed.
+func runUntilFree(t *testing.T, s *Session) []TurnResult {
+	t.Helper()
+	var res []TurnResult
+	testenv.WaitFor(t, 20*time.Second, func() error {
+		more, err := s.Run(context.Background())
+		res = append(res, more...)
+		return err
+	})
+	return res
 }
