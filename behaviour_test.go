@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -159,22 +160,7 @@ func TestFencedOutNodeCannotCommit(t *testing.T) {
 func TestReplayAcrossRedeploy(t *testing.T) {
 	t.Run("tool-removed", func(t *testing.T) {
 		r := newRig(t)
-		conn := r.conn()
-		first := r.nodeOn(conn, "first", withBoundary(func(name string) error {
-			if name == "after-record sync-tools" {
-				conn.Close()
-				return errCrash
-			}
-			return nil
-		}))
-		s := first.Session("s1")
-		if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather?"}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Run(r.ctx); err == nil {
-			t.Fatal("no crash")
-		}
-		first.Close(context.Background())
+		crashAt(t, r, "after-record sync-tools")
 		client, _ := openai.New(openai.Config{BaseURL: r.models.URL(), Model: "scripted"})
 		second := r.node("second", WithModel(client), WithTools(tools.New()))
 		res := runUntilFree(t, second.Session("s1"))
@@ -193,22 +179,7 @@ func TestReplayAcrossRedeploy(t *testing.T) {
 	})
 	t.Run("system-prompt-changed", func(t *testing.T) {
 		r := newRig(t)
-		conn := r.conn()
-		first := r.nodeOn(conn, "first", withBoundary(func(name string) error {
-			if name == "after-record llm-call" {
-				conn.Close()
-				return errCrash
-			}
-			return nil
-		}))
-		s := first.Session("s1")
-		if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather?"}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Run(r.ctx); err == nil {
-			t.Fatal("no crash")
-		}
-		first.Close(context.Background())
+		crashAt(t, r, "after-record llm-call")
 		second := r.node("second", WithMachine(turn.Config{Model: "scripted", System: "You are a different agent."}))
 		var err error
 		testenv.WaitFor(t, 20*time.Second, func() error {
@@ -274,15 +245,10 @@ func TestBadInput(t *testing.T) {
 func TestInputAfterLastCheckpointStartsNextTurn(t *testing.T) {
 	r := newRig(t)
 	var other *Session
-	sent := false
-	n := r.node("a", withBoundary(func(name string) error {
-		if name == "before-commit" && !sent {
-			sent = true
-			if _, _, err := other.Send(context.Background(), "k2", Input{Text: "Weather in Oslo?"}); err != nil {
-				t.Error(err)
-			}
+	n := r.node("a", onceAt("before-commit", func() {
+		if _, _, err := other.Send(context.Background(), "k2", Input{Text: "Weather in Oslo?"}); err != nil {
+			t.Error(err)
 		}
-		return nil
 	}))
 	other = r.node("sender").Session("s1")
 	s := n.Session("s1")
@@ -336,4 +302,37 @@ func TestSuspendAndDecide(t *testing.T) {
 	if last.Role != turn.RoleAssistant {
 		t.Fatalf("the resumed turn did not end with an answer: %+v", last)
 	}
+}
+
+// crashAt runs a first node on "Weather?" until it dies at boundary: its
+// connection drops and nothing after the boundary reaches the server.
+func crashAt(t *testing.T, r *rig, boundary string) {
+	t.Helper()
+	conn := r.conn()
+	first := r.nodeOn(conn, "first", withBoundary(func(name string) error {
+		if name == boundary {
+			conn.Close()
+			return errCrash
+		}
+		return nil
+	}))
+	s := first.Session("s1")
+	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather?"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Run(r.ctx); err == nil {
+		t.Fatal("no crash")
+	}
+	first.Close(context.Background())
+}
+
+// onceAt runs do the first time the driver reaches boundary.
+func onceAt(boundary string, do func()) Option {
+	var once sync.Once
+	return withBoundary(func(name string) error {
+		if name == boundary {
+			once.Do(do)
+		}
+		return nil
+	})
 }

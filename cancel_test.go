@@ -19,15 +19,10 @@ import (
 func TestCancel(t *testing.T) {
 	r := newRig(t)
 	var other *Session
-	sent := false
-	n := r.node("a", withBoundary(func(name string) error {
-		if name == "before-record checkpoint" && !sent {
-			sent = true
-			if _, err := other.Cancel(context.Background(), "stop-1"); err != nil {
-				t.Error(err)
-			}
+	n := r.node("a", onceAt("before-record checkpoint", func() {
+		if _, err := other.Cancel(context.Background(), "stop-1"); err != nil {
+			t.Error(err)
 		}
-		return nil
 	}))
 	other = r.node("sender").Session("s1")
 	s := n.Session("s1")
