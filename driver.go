@@ -118,7 +118,7 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 	if err := s.boundary("fence"); err != nil {
 		return nil, err
 	}
-	st, err := s.load(ctx)
+	st, err := s.loadThrough(ctx, pos.Seq())
 	if err != nil {
 		return nil, err
 	}

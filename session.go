@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/lash-run/lash/sessionlog"
 	"github.com/lash-run/lash/turn"
@@ -78,6 +79,7 @@ func (s *Session) Transcript(ctx context.Context) ([]turn.Message, error) {
 
 // state is a session as its committed log leaves it.
 type state struct {
+	rev       uint64 // the last revision read
 	history   []turn.Message
 	suspended []turn.SuspendedCall
 	cursor    uint64
@@ -85,11 +87,39 @@ type state struct {
 	usage     turn.Usage
 }
 
-// load folds the session's log. It reads the whole log: the projection
-// takes this over for long sessions.
+// load folds the session's log, through its head as the leader reports it,
+// so it sees every commit acknowledged before the call. It reads the whole
+// log: the projection takes this over for long sessions.
 func (s *Session) load(ctx context.Context) (*state, error) {
+	head, err := s.n.log.Head(ctx, s.id)
+	if err != nil && !errors.Is(err, sessionlog.ErrMalformed) {
+		return nil, err
+	}
+	return s.loadThrough(ctx, head.Seq)
+}
+
+// loadThrough folds the log and insists on reading at least through
+// revision rev: a read through a consumer on a replicated stream can lag
+// the leader, and a driver that missed a commit before its own fence would
+// run that turn again.
+func (s *Session) loadThrough(ctx context.Context, rev uint64) (*state, error) {
+	for n := 0; ; n++ {
+		st, err := s.fold(ctx)
+		if err != nil || st.rev >= rev {
+			return st, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("lash: session %s: log read stops at %d, before %d: %w", s.id, st.rev, rev, ctx.Err())
+		case <-time.After(time.Duration(min(n+1, 20)) * 5 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Session) fold(ctx context.Context) (*state, error) {
 	st := &state{turns: map[string]uint64{}}
 	err := s.n.log.Read(ctx, s.id, 0, func(seq uint64, e *sessionlog.Entry) error {
+		st.rev = seq
 		if e.Kind != sessionlog.KindCommit {
 			return nil
 		}
