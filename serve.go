@@ -3,6 +3,7 @@ package lash
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -88,7 +89,20 @@ func (n *Node) dispatch(ctx context.Context, dl *streams.Delivery, ackWait time.
 			}
 		}
 	}()
-	_, err = n.Session(sid).Run(ctx)
+	s := n.Session(sid)
+	_, err = s.Run(ctx)
+	if err == nil {
+		// Acknowledge only once a commit consumed this input: a run can end
+		// early when its read of the inputs lagged the stream.
+		st, lerr := s.load(ctx)
+		if lerr == nil && st.cursor < dl.Msg.Seq {
+			lerr = fmt.Errorf("input %d not consumed yet", dl.Msg.Seq)
+		}
+		if lerr != nil {
+			_ = dl.Retry(n.opts.leaseTTL / 4)
+			return
+		}
+	}
 	switch {
 	case err == nil:
 		if err := dl.Ack(); err != nil {
