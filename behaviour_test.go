@@ -336,3 +336,25 @@ func onceAt(boundary string, do func()) Option {
 		return nil
 	})
 }
+
+// A stray message on a session's log (nothing lash wrote) does not stop
+// the session from running.
+func TestStrayLogMessage(t *testing.T) {
+	r := newRig(t)
+	n := r.node("a")
+	subj, _ := n.Streams().Subjects().SessionEvents("s1")
+	if _, _, err := n.Streams().Publish(r.ctx, streams.Publication{Subject: subj, Data: []byte("stray")}); err != nil {
+		t.Fatal(err)
+	}
+	s := n.Session("s1")
+	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather?"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Run(r.ctx)
+	if err != nil || len(res) != 1 || res[0].Outcome.Termination.Reason != turn.NaturalEnd {
+		t.Fatalf("run over a stray log message: %+v, %v", res, err)
+	}
+	if tr, err := s.Transcript(r.ctx); err != nil || len(tr) != 6 {
+		t.Fatalf("transcript %d, %v", len(tr), err)
+	}
+}

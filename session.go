@@ -118,7 +118,7 @@ func (s *Session) loadThrough(ctx context.Context, rev uint64) (*state, error) {
 
 func (s *Session) fold(ctx context.Context) (*state, error) {
 	st := &state{turns: map[string]uint64{}}
-	err := s.n.log.Read(ctx, s.id, 0, func(seq uint64, e *sessionlog.Entry) error {
+	_, err := s.n.log.ReadEntries(ctx, s.id, 0, func(seq uint64, e *sessionlog.Entry) error {
 		st.rev = seq
 		if e.Kind != sessionlog.KindCommit {
 			return nil

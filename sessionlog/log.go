@@ -274,6 +274,25 @@ func (l *Log) Read(ctx context.Context, session string, from uint64, fn func(seq
 	})
 }
 
+// ReadEntries is Read passing over messages that are not entries (nothing
+// lash wrote): a stray publish on a log must not make its session unreadable.
+// skipped counts them.
+func (l *Log) ReadEntries(ctx context.Context, session string, from uint64, fn func(seq uint64, e *Entry) error) (skipped int, err error) {
+	subj, err := l.s.Subjects().SessionEvents(session)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	err = l.s.Read(ctx, subj, from, func(m *streams.Msg) error {
+		e, derr := decodeEntry(m.Data)
+		if derr != nil {
+			skipped++
+			return nil
+		}
+		return fn(m.Seq, e)
+	})
+	return skipped, err
+}
+
 // FindCommit returns the revision and entry of turn's commit at or after
 // revision from, or streams.ErrNotFound. Messages that are not entries
 // (nothing lash wrote) are passed over.
