@@ -64,11 +64,13 @@ func (s *Session) Run(ctx context.Context) ([]TurnResult, error) {
 	}
 	lease, err := n.leases.Claim(ctx, key, n.opts.leaseTTL)
 	if errors.Is(err, leases.ErrBusy) {
+		n.observe(Event{Kind: EventLeaseBusy, Session: s.id})
 		return nil, fmt.Errorf("%w: %v", ErrBusy, err)
 	}
 	if err != nil {
 		return nil, err
 	}
+	n.observe(Event{Kind: EventLeaseClaimed, Session: s.id})
 	if err := s.boundary("lease"); err != nil {
 		return nil, err
 	}
@@ -105,6 +107,10 @@ func (s *Session) Run(ctx context.Context) ([]TurnResult, error) {
 	}
 	if cause := context.Cause(ctx); err != nil && cause != nil && errors.Is(cause, ErrLeaseLost) {
 		err = cause
+		n.observe(Event{Kind: EventLeaseLost, Session: s.id, Err: err})
+	}
+	if err != nil {
+		n.observe(Event{Kind: EventTurnFailed, Session: s.id, Err: err})
 	}
 	return results, err
 }
@@ -137,6 +143,7 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 		}
 		// The turn's id comes from its input's identity: stable on every node.
 		turnID := fmt.Sprintf("in-%d", next.Seq)
+		began := time.Now()
 		d := &drive{s: s, turn: turnID, cursor: next.Seq}
 		out, err := d.run(ctx, st, next)
 		if err != nil {
@@ -150,8 +157,13 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 			return results, err
 		}
 		if pos, err = n.log.Commit(ctx, pos, turnID, body); err != nil {
+			var conflict *sessionlog.CommitConflictError
+			if errors.As(err, &conflict) || errors.Is(err, sessionlog.ErrFenced) {
+				n.observe(Event{Kind: EventCommitConflict, Session: s.id, Turn: turnID, Err: err})
+			}
 			return results, err
 		}
+		n.observe(Event{Kind: EventTurnCommitted, Session: s.id, Turn: turnID, Took: time.Since(began)})
 		if err := s.boundary("after-commit"); err != nil {
 			return results, err
 		}
@@ -284,6 +296,7 @@ func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) 
 		}
 		d.cursor = max(d.cursor, a.Cursor)
 		d.replayed++
+		n.observe(Event{Kind: EventEffectReplayed, Session: d.s.id, Turn: d.turn, Effect: e.Kind().String()})
 		return a.result(e.Kind(), h.ID)
 	}
 	if !errors.Is(err, effectlog.ErrNotRecorded) {
@@ -293,11 +306,13 @@ func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) 
 		return nil, err
 	}
 	var a *answer
+	began := time.Now()
 	if c, ok := e.(cancelled); ok {
 		a = &answer{Cancel: &c.reason}
 	} else if a, err = d.perform(ctx, e); err != nil {
 		return nil, err
 	}
+	a.Took = time.Since(began)
 	data, err := encodeAnswer(a)
 	if err != nil {
 		return nil, err
@@ -314,6 +329,7 @@ func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) 
 	}
 	d.cursor = max(d.cursor, a.Cursor)
 	d.executed++
+	n.observe(Event{Kind: EventEffectExecuted, Session: d.s.id, Turn: d.turn, Effect: e.Kind().String(), Took: a.Took})
 	return a.result(e.Kind(), h.ID)
 }
 
@@ -427,6 +443,7 @@ func (d *drive) toolCalls(ctx context.Context, batch *turn.ToolCalls) ([]turn.To
 			}
 			results[i] = *a.Result
 			d.replayed++
+			d.s.n.observe(Event{Kind: EventEffectReplayed, Session: d.s.id, Turn: d.turn, Effect: batch.Kind().String()})
 			continue
 		}
 		if !errors.Is(err, effectlog.ErrNotRecorded) {
@@ -461,11 +478,13 @@ func (d *drive) toolCall(ctx context.Context, pc turn.PendingCall) (turn.ToolRes
 	if err := d.s.boundary("before-record tool " + pc.Call.ID); err != nil {
 		return turn.ToolResult{}, err
 	}
+	began := time.Now()
 	res, err := n.runner.Invoke(ctx, pc, attempt, inDoubt)
 	if err != nil {
 		return turn.ToolResult{}, err // interrupted: record nothing
 	}
-	data, err := encodeAnswer(&answer{Result: &res})
+	took := time.Since(began)
+	data, err := encodeAnswer(&answer{Result: &res, Took: took})
 	if err != nil {
 		return turn.ToolResult{}, err
 	}
@@ -483,5 +502,6 @@ func (d *drive) toolCall(ctx context.Context, pc turn.PendingCall) (turn.ToolRes
 	d.mu.Lock()
 	d.executed++
 	d.mu.Unlock()
+	n.observe(Event{Kind: EventEffectExecuted, Session: d.s.id, Turn: d.turn, Effect: turn.KindToolCalls.String(), Took: took})
 	return *a.Result, nil
 }

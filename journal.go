@@ -2,6 +2,7 @@ package lash
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/lash-run/lash/turn"
 	"github.com/vmihailenco/msgpack/v5"
@@ -20,6 +21,9 @@ type answer struct {
 	// Cursor is the last input a checkpoint or wait consumed.
 	Cursor uint64  `msgpack:"cur,omitempty"`
 	Cancel *string `msgpack:"cancel,omitempty"`
+	// Took is how long performing the effect took, for operators; replay
+	// ignores it.
+	Took time.Duration `msgpack:"took,omitempty"`
 }
 
 func encodeAnswer(a *answer) ([]byte, error) { return msgpack.Marshal(a) }

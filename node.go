@@ -10,6 +10,7 @@ import (
 
 	"github.com/lash-run/lash/effectlog"
 	"github.com/lash-run/lash/leases"
+	"github.com/lash-run/lash/projector"
 	"github.com/lash-run/lash/provider"
 	"github.com/lash-run/lash/sessionlog"
 	"github.com/lash-run/lash/streams"
@@ -41,6 +42,8 @@ type options struct {
 	boundary    func(string) error
 	heartbeat   time.Duration
 	concurrency int
+	observer    func(Event)
+	projection  string
 }
 
 // WithConn uses an existing NATS connection.
@@ -76,6 +79,11 @@ func WithToolTimeout(d time.Duration) Option { return func(o *options) { o.toolT
 // WithLogger sets the logger.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
+// WithProjection keeps the deployment's session read model in a Pebble
+// store in dir, folded from the streams while the node runs. It is a cache:
+// deleting dir loses nothing.
+func WithProjection(dir string) Option { return func(o *options) { o.projection = dir } }
+
 // Node runs sessions' turns. Any number of nodes share a deployment.
 type Node struct {
 	opts     options
@@ -88,6 +96,8 @@ type Node struct {
 	leases   *leases.Manager
 	runner   *tools.Runner
 	owner    leases.Owner
+	proj     *projector.Projector
+	projDone chan struct{}
 
 	mu      sync.Mutex
 	running map[string]bool // sessions this node is driving
@@ -159,6 +169,21 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 	}
 	bctx, stop := context.WithCancel(context.Background())
 	n.stop = stop
+	if o.projection != "" {
+		p, err := OpenProjection(o.projection, c)
+		if err != nil {
+			stop()
+			n.closeConn()
+			return nil, err
+		}
+		n.proj, n.projDone = p, make(chan struct{})
+		go func() {
+			defer close(n.projDone)
+			if err := p.Run(bctx); err != nil && bctx.Err() == nil {
+				o.logger.Error("session projection stopped", "err", err)
+			}
+		}()
+	}
 	n.beats.Add(1)
 	go n.beat(bctx)
 	return n, nil
@@ -179,6 +204,16 @@ func (n *Node) beat(ctx context.Context) {
 		}
 	}
 }
+
+// Projection is the node's session read model, or nil without
+// WithProjection. Read your own writes with its WaitFor.
+func (n *Node) Projection() *projector.Projector { return n.proj }
+
+// ID is the node's name.
+func (n *Node) ID() string { return n.opts.nodeID }
+
+// Owner is the node's identity as lease holder.
+func (n *Node) Owner() leases.Owner { return n.owner }
 
 // Streams is the node's JetStream client.
 func (n *Node) Streams() *streams.Client { return n.client }
@@ -208,6 +243,12 @@ func (n *Node) Close(ctx context.Context) error {
 	n.end()
 	n.stop()
 	n.beats.Wait()
+	if n.proj != nil {
+		<-n.projDone
+		if cerr := n.proj.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
 	n.closeConn()
 	return err
 }

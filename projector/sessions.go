@@ -74,10 +74,29 @@ type TranscriptEntry struct {
 //	                       commit's body: the turn's messages
 //	o/<s>/<ordinal>        turn id, in commit order
 //	i/<s>/<seq>            an input, by stream sequence
-type Sessions struct{ prefix string }
+type Sessions struct {
+	prefix     string
+	checkInput func([]byte) error
+}
+
+// SessionsOption configures the Sessions fold.
+type SessionsOption func(*Sessions)
+
+// WithInputCheck sets inputs that check refuses aside, with its error as
+// the reason, instead of counting them as pending: an operator sees them in
+// the quarantine. check must be a pure function of the payload.
+func WithInputCheck(check func([]byte) error) SessionsOption {
+	return func(f *Sessions) { f.checkInput = check }
+}
 
 // NewSessions folds the session subjects of the deployment with prefix.
-func NewSessions(prefix string) *Sessions { return &Sessions{prefix: prefix} }
+func NewSessions(prefix string, opts ...SessionsOption) *Sessions {
+	f := &Sessions{prefix: prefix}
+	for _, o := range opts {
+		o(f)
+	}
+	return f
+}
 
 // Name implements Fold.
 func (f *Sessions) Name() string { return SessionsFold }
@@ -119,6 +138,11 @@ func (f *Sessions) Prepare(m *streams.Msg) any {
 		return &p
 	}
 	if kind == "in" {
+		if f.checkInput != nil {
+			if err := f.checkInput(m.Data); err != nil {
+				p.err = fmt.Errorf("%w: input: %v", ErrPoison, err)
+			}
+		}
 		return &p
 	}
 	e, err := sessionlog.DecodeEntry(m.Data)

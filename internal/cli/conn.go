@@ -1,0 +1,89 @@
+package cli
+
+import (
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/lash-run/lash/streams"
+	"github.com/nats-io/nats.go"
+)
+
+// Conn is how a command reaches NATS, and which deployment it works on.
+type Conn struct {
+	URL      string
+	Creds    string
+	User     string
+	Password string
+	TLSCert  string
+	TLSKey   string
+	TLSCA    string
+	Prefix   string
+	Replicas int
+}
+
+// Register defines the connection flags on fs. Empty URL means the
+// command's own default (lash-node starts an embedded server).
+func (c *Conn) Register(fs *flag.FlagSet, urlHelp string) {
+	fs.StringVar(&c.URL, "nats", "", urlHelp+" (env NATS_URL)")
+	fs.StringVar(&c.Creds, "creds", "", "NATS credentials file")
+	fs.StringVar(&c.User, "user", "", "NATS user")
+	fs.StringVar(&c.Password, "password", "", "NATS password")
+	fs.StringVar(&c.TLSCert, "tls-cert", "", "client certificate file for TLS")
+	fs.StringVar(&c.TLSKey, "tls-key", "", "client key file for TLS")
+	fs.StringVar(&c.TLSCA, "tls-ca", "", "CA certificate file to verify the server")
+	fs.StringVar(&c.Prefix, "prefix", streams.DefaultPrefix, "subject prefix and stream name prefix of the deployment")
+	fs.IntVar(&c.Replicas, "replicas", 1, "replicas of every stream and bucket (1 on one server, 3 in a cluster)")
+}
+
+// Aliases are the extra environment names the connection flags read.
+func (c *Conn) Aliases() map[string][]string { return map[string][]string{"nats": {"NATS_URL"}} }
+
+// Validate checks the settings that need no server.
+func (c *Conn) Validate() error {
+	if err := c.Streams().Validate(); err != nil {
+		return fmt.Errorf("%w: %v", ErrUsage, err)
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return fmt.Errorf("%w: -tls-cert and -tls-key go together", ErrUsage)
+	}
+	if c.Creds != "" && c.User != "" {
+		return fmt.Errorf("%w: give -creds or -user, not both", ErrUsage)
+	}
+	return nil
+}
+
+// Streams is the deployment's stream configuration.
+func (c *Conn) Streams() streams.Config {
+	return streams.Config{Prefix: c.Prefix, Replicas: c.Replicas}
+}
+
+// Options are the nats.go options the settings ask for.
+func (c *Conn) Options(name string) []nats.Option {
+	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+	if c.Creds != "" {
+		opts = append(opts, nats.UserCredentials(c.Creds))
+	}
+	if c.User != "" {
+		opts = append(opts, nats.UserInfo(c.User, c.Password))
+	}
+	if c.TLSCert != "" {
+		opts = append(opts, nats.ClientCert(c.TLSCert, c.TLSKey))
+	}
+	if c.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(c.TLSCA))
+	}
+	return opts
+}
+
+// Connect dials url (c.URL when empty) with the settings.
+func (c *Conn) Connect(name, url string) (*nats.Conn, error) {
+	if url == "" {
+		url = c.URL
+	}
+	nc, err := nats.Connect(url, c.Options(name)...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+	}
+	return nc, nil
+}

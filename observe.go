@@ -1,0 +1,60 @@
+package lash
+
+import "time"
+
+// EventKind says what a node did.
+type EventKind uint8
+
+// Event kinds.
+const (
+	// EventTurnCommitted: a turn was committed; Took is its run on this node.
+	EventTurnCommitted EventKind = iota + 1
+	// EventTurnFailed: a run stopped without committing; Err says why.
+	EventTurnFailed
+	// EventEffectExecuted: an effect was performed and recorded; Effect is
+	// its kind, Took how long it ran.
+	EventEffectExecuted
+	// EventEffectReplayed: an effect was answered from the journal.
+	EventEffectReplayed
+	// EventLeaseClaimed, EventLeaseBusy, EventLeaseLost: a session lease was
+	// taken, found held by another, or lost while running.
+	EventLeaseClaimed
+	EventLeaseBusy
+	EventLeaseLost
+	// EventCommitConflict: a commit was refused: fenced out, or a different
+	// commit for the same turn.
+	EventCommitConflict
+	// EventWake: a parked call was woken by a signal or a timer.
+	EventWake
+)
+
+var eventNames = [...]string{"", "turn_committed", "turn_failed", "effect_executed", "effect_replayed",
+	"lease_claimed", "lease_busy", "lease_lost", "commit_conflict", "wake"}
+
+func (k EventKind) String() string {
+	if int(k) < len(eventNames) && k > 0 {
+		return eventNames[k]
+	}
+	return "unknown"
+}
+
+// Event is something a node did, for metrics and logs.
+type Event struct {
+	Kind    EventKind
+	Session string
+	Turn    string
+	// Effect is the effect's kind ("llm-call", "tool", ...) on effect events.
+	Effect string
+	Took   time.Duration
+	Err    error
+}
+
+// WithObserver calls f for every Event. f runs on the node's goroutines, so
+// it must be quick and safe for concurrent use.
+func WithObserver(f func(Event)) Option { return func(o *options) { o.observer = f } }
+
+func (n *Node) observe(ev Event) {
+	if n.opts.observer != nil {
+		n.opts.observer(ev)
+	}
+}
