@@ -117,7 +117,7 @@ func (s *Session) Run(ctx context.Context) ([]TurnResult, error) {
 
 func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResult, error) {
 	n := s.n
-	pos, err := n.log.Fence(ctx, s.id, lease.Token, n.opts.nodeID)
+	pos, err := n.log.Fence(ctx, s.id, lease.Token, n.runName)
 	if err != nil {
 		return nil, err
 	}

@@ -96,6 +96,7 @@ type Node struct {
 	leases   *leases.Manager
 	runner   *tools.Runner
 	owner    leases.Owner
+	runName  string
 	proj     *projector.Projector
 	projDone chan struct{}
 
@@ -159,8 +160,11 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 	}
 	n.client = c
 	n.log = sessionlog.New(c)
-	n.journal = effectlog.New(c, effectlog.WithRecorder(o.nodeID))
 	n.owner = leases.LocalOwner(o.nodeID)
+	// Journal records and fences name the node and its incarnation, so an
+	// operator tells what a restarted node replayed from what it ran.
+	n.runName = o.nodeID + "/" + n.owner.Incarnation
+	n.journal = effectlog.New(c, effectlog.WithRecorder(n.runName))
 	n.leases = leases.New(c, n.owner)
 	n.runner = tools.NewRunner(o.tools, tools.WithDefaultTimeout(o.toolTime), tools.WithLogger(o.logger))
 	if err := n.leases.Beat(ctx, o.leaseTTL); err != nil {

@@ -152,7 +152,8 @@ func run(w io.Writer) error {
 		return err
 	}
 	for _, r := range recs {
-		fmt.Fprintf(w, "  %-38s %s\n", r.Key, r.Recorder)
+		who, _, _ := strings.Cut(r.Recorder, "/")
+		fmt.Fprintf(w, "  %-38s %s\n", r.Key, who)
 	}
 	fmt.Fprintf(w, "\noutcome: %s, %d iterations\n", t.Outcome.Termination, t.Outcome.Iterations)
 	for _, m := range t.Outcome.Messages {

@@ -1,0 +1,250 @@
+package lash
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lash-run/lash/effectlog"
+	"github.com/lash-run/lash/sessionlog"
+	"github.com/lash-run/lash/streams"
+	"github.com/lash-run/lash/turn"
+)
+
+// Inspector reads a deployment's sessions and journals for operators,
+// straight from the streams: it needs no model and runs no turn.
+type Inspector struct {
+	c       *streams.Client
+	journal *effectlog.Journal
+}
+
+// NewInspector reads the deployment c belongs to.
+func NewInspector(c *streams.Client) *Inspector {
+	return &Inspector{c: c, journal: effectlog.New(c)}
+}
+
+// TurnSummary is one committed turn as an operator sees it.
+type TurnSummary struct {
+	Turn string `json:"turn"`
+	// Seq is the commit's revision on the session log; Input the input
+	// that started the turn, and Cursor the last input it consumed.
+	Seq         uint64           `json:"seq"`
+	Input       uint64           `json:"input"`
+	Cursor      uint64           `json:"cursor"`
+	Status      string           `json:"status"`
+	Termination turn.Termination `json:"termination"`
+	Usage       turn.Usage       `json:"usage"`
+	Iterations  int              `json:"iterations"`
+	Messages    int              `json:"messages"`
+	Suspended   int              `json:"suspended"`
+	// Committer names the node run (node/incarnation) that committed it.
+	Committer string `json:"committer"`
+	// Started is when its input was appended, Committed when the commit
+	// landed, both by the server's clock.
+	Started   time.Time     `json:"started"`
+	Committed time.Time     `json:"committed"`
+	Duration  time.Duration `json:"duration"`
+}
+
+// logEntry is one readable entry of a session log with its stream time.
+type logEntry struct {
+	seq   uint64
+	at    time.Time
+	entry *sessionlog.Entry
+}
+
+// readLog reads a session's log; entries that cannot be read are passed
+// over, as the driver does.
+func (i *Inspector) readLog(ctx context.Context, session string) ([]logEntry, error) {
+	subj, err := i.c.Subjects().SessionEvents(session)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadInput, err)
+	}
+	var out []logEntry
+	err = i.c.Read(ctx, subj, 0, func(m *streams.Msg) error {
+		e, err := sessionlog.DecodeEntry(m.Data)
+		if err == nil {
+			out = append(out, logEntry{seq: m.Seq, at: m.Time, entry: e})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// ErrUnknownSession: the session has no log.
+var ErrUnknownSession = fmt.Errorf("lash: unknown session")
+
+// Turns lists a session's committed turns in commit order.
+func (i *Inspector) Turns(ctx context.Context, session string) ([]TurnSummary, error) {
+	entries, err := i.readLog(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	if len(entries) == 0 {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownSession, session)
+	}
+	inputs, err := i.c.Subjects().SessionInputs(session)
+	if err != nil {
+		return nil, err
+	}
+	holders := map[uint64]string{}
+	var out []TurnSummary
+	for _, le := range entries {
+		e := le.entry
+		switch e.Kind {
+		case sessionlog.KindFence:
+			holders[e.Token] = e.Owner
+		case sessionlog.KindCommit:
+			b, err := sessionlog.DecodeTurnBody(e.Body)
+			if err != nil {
+				continue
+			}
+			ts := TurnSummary{Turn: e.Turn, Seq: le.seq, Cursor: b.InputCursor, Status: b.Outcome.Status.String(),
+				Termination: b.Outcome.Termination, Usage: b.Outcome.Usage, Iterations: b.Outcome.Iterations,
+				Messages: len(b.Outcome.Messages), Suspended: len(b.Outcome.Suspended),
+				Committer: holders[e.Token], Committed: le.at}
+			if seq, ok := turnInput(e.Turn); ok {
+				ts.Input = seq
+				if m, err := i.c.NextOnSubject(ctx, inputs, seq); err == nil && m.Seq == seq {
+					ts.Started = m.Time
+					ts.Duration = le.at.Sub(m.Time)
+				}
+			}
+			out = append(out, ts)
+		}
+	}
+	return out, nil
+}
+
+// turnInput reads the input sequence out of a turn id ("in-<seq>").
+func turnInput(turnID string) (uint64, bool) {
+	s, ok := strings.CutPrefix(turnID, "in-")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	return n, err == nil
+}
+
+// JournalEntry is one recorded effect of a turn.
+type JournalEntry struct {
+	Key  turn.ReplayKey `json:"-"`
+	Name string         `json:"key"`
+	Kind string         `json:"kind"`
+	Call string         `json:"call,omitempty"`
+	Hash string         `json:"hash"`
+	// Summary says what the outcome was, in a line.
+	Summary string `json:"summary"`
+	Failed  bool   `json:"failed,omitempty"`
+	// Recorder is the node that performed and recorded the effect, Run its
+	// node/incarnation.
+	Recorder   string        `json:"recorder"`
+	Run        string        `json:"run"`
+	RecordedAt time.Time     `json:"recorded_at"`
+	Took       time.Duration `json:"took"`
+	// Replayed is set when the run that committed the turn took this
+	// outcome from the journal, recorded by an earlier run; Executed when
+	// that run performed it. Neither is set while the turn is uncommitted.
+	Replayed bool `json:"replayed"`
+	Executed bool `json:"executed"`
+}
+
+// Journal lists the recorded effects of a turn in the order they were
+// recorded.
+func (i *Inspector) Journal(ctx context.Context, session, turnID string) ([]JournalEntry, error) {
+	entries, err := i.readLog(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	if len(entries) == 0 {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownSession, session)
+	}
+	holders := map[uint64]string{}
+	committer := ""
+	for _, le := range entries {
+		switch le.entry.Kind {
+		case sessionlog.KindFence:
+			holders[le.entry.Token] = le.entry.Owner
+		case sessionlog.KindCommit:
+			if le.entry.Turn == turnID {
+				committer = holders[le.entry.Token]
+			}
+		}
+	}
+	recs, err := i.journal.Load(ctx, session, turnID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]JournalEntry, 0, len(recs))
+	for _, r := range recs {
+		je := JournalEntry{Key: r.Key, Name: r.Key.String(), Kind: r.Key.Kind.String(), Call: r.Key.Call,
+			Hash: r.Hash.String(), Run: r.Recorder, RecordedAt: r.At, Failed: r.Outcome.Failed}
+		je.Recorder, _, _ = strings.Cut(r.Recorder, "/")
+		je.Summary, je.Took = summarize(r)
+		if committer != "" {
+			je.Executed = r.Recorder == committer
+			je.Replayed = !je.Executed
+		}
+		out = append(out, je)
+	}
+	return out, nil
+}
+
+// summarize says in a line what a record holds.
+func summarize(r *effectlog.Record) (string, time.Duration) {
+	if r.Outcome.Failed {
+		return "failed: " + r.Outcome.Error, 0
+	}
+	a, err := decodeAnswer(r.Outcome.Data)
+	if err != nil {
+		return "unreadable: " + err.Error(), 0
+	}
+	clip := func(s string) string {
+		s = strings.Join(strings.Fields(s), " ")
+		if len(s) > 80 {
+			s = s[:77] + "..."
+		}
+		return s
+	}
+	var s string
+	switch {
+	case a.Cancel != nil:
+		s = "cancelled: " + *a.Cancel
+	case a.Response != nil:
+		var calls []string
+		for _, c := range a.Response.ToolCalls {
+			calls = append(calls, c.Name)
+		}
+		if len(calls) > 0 {
+			s = "calls " + strings.Join(calls, ", ")
+		} else {
+			s = "says " + strconv.Quote(clip(a.Response.Text))
+		}
+		s += fmt.Sprintf(" (%d+%d tokens)", a.Response.Usage.InputTokens, a.Response.Usage.OutputTokens)
+	case a.CallErr != nil:
+		s = "model error: " + clip(a.CallErr.Message)
+	case a.Result != nil:
+		s = toolStatus(a.Result.Status) + ": " + strconv.Quote(clip(a.Result.Output))
+	case r.Key.Kind == turn.KindSyncTools:
+		s = fmt.Sprintf("%d tools", len(a.Tools))
+	case r.Key.Kind == turn.KindAwaitEvent && a.TimedOut:
+		s = "timed out"
+	default:
+		s = fmt.Sprintf("%d messages, %d decisions", len(a.Messages), len(a.Decisions))
+	}
+	return s, a.Took
+}
+
+func toolStatus(s turn.ToolStatus) string {
+	switch s {
+	case turn.ToolOK:
+		return "ok"
+	case turn.ToolError:
+		return "error"
+	case turn.ToolPending:
+		return "pending"
+	}
+	return "status " + strconv.Itoa(int(s))
+}
