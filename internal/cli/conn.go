@@ -25,15 +25,15 @@ type Conn struct {
 // Register defines the connection flags on fs. Empty URL means the
 // command's own default (lash-node starts an embedded server).
 func (c *Conn) Register(fs *flag.FlagSet, urlHelp string) {
-	fs.StringVar(&c.URL, "nats", "", urlHelp+" (env NATS_URL)")
-	fs.StringVar(&c.Creds, "creds", "", "NATS credentials file")
-	fs.StringVar(&c.User, "user", "", "NATS user")
-	fs.StringVar(&c.Password, "password", "", "NATS password")
-	fs.StringVar(&c.TLSCert, "tls-cert", "", "client certificate file for TLS")
-	fs.StringVar(&c.TLSKey, "tls-key", "", "client key file for TLS")
-	fs.StringVar(&c.TLSCA, "tls-ca", "", "CA certificate file to verify the server")
-	fs.StringVar(&c.Prefix, "prefix", streams.DefaultPrefix, "subject prefix and stream name prefix of the deployment")
-	fs.IntVar(&c.Replicas, "replicas", 1, "replicas of every stream and bucket (1 on one server, 3 in a cluster)")
+	fs.StringVar(&c.URL, "nats", "", urlHelp)
+	fs.StringVar(&c.Creds, "creds", "", "NATS credentials `file`")
+	fs.StringVar(&c.User, "user", "", "NATS `user`")
+	fs.StringVar(&c.Password, "password", "", "NATS `password`")
+	fs.StringVar(&c.TLSCert, "tls-cert", "", "client certificate `file` for TLS")
+	fs.StringVar(&c.TLSKey, "tls-key", "", "client key `file` for TLS")
+	fs.StringVar(&c.TLSCA, "tls-ca", "", "CA certificate `file` to verify the server")
+	fs.StringVar(&c.Prefix, "prefix", streams.DefaultPrefix, "subject prefix and stream name `prefix` of the deployment")
+	fs.IntVar(&c.Replicas, "replicas", 1, "`replicas` of every stream and bucket (1 on one server, 3 in a cluster)")
 }
 
 // Aliases are the extra environment names the connection flags read.
@@ -45,10 +45,10 @@ func (c *Conn) Validate() error {
 		return fmt.Errorf("%w: %v", ErrUsage, err)
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
-		return fmt.Errorf("%w: -tls-cert and -tls-key go together", ErrUsage)
+		return fmt.Errorf("%w: --tls-cert and --tls-key go together", ErrUsage)
 	}
 	if c.Creds != "" && c.User != "" {
-		return fmt.Errorf("%w: give -creds or -user, not both", ErrUsage)
+		return fmt.Errorf("%w: give --creds or --user, not both", ErrUsage)
 	}
 	return nil
 }

@@ -21,11 +21,11 @@ type Machine struct {
 
 // Register defines the machine flags on fs.
 func (m *Machine) Register(fs *flag.FlagSet) {
-	fs.StringVar(&m.ModelName, "model", "", "model name sent to the provider (required with -base-url; \"scripted\" with -script)")
-	fs.StringVar(&m.System, "system", "You are a helpful assistant.", "system prompt")
-	fs.IntVar(&m.MaxIterations, "max-iterations", turn.DefaultMaxIterations, "model calls per turn before the final answer is asked for")
-	fs.Int64Var(&m.TokenBudget, "token-budget", 0, "tokens per turn before it stops (0: no budget)")
-	fs.IntVar(&m.MaxToolFailures, "max-tool-failures", 0, "failed tool calls in a row before the turn stops (0: no limit)")
+	fs.StringVar(&m.ModelName, "model", "", "model `name` sent to the provider (required for an OpenAI-compatible API; default \"scripted\" with --script)")
+	fs.StringVar(&m.System, "system", "You are a helpful assistant.", "system `prompt`")
+	fs.IntVar(&m.MaxIterations, "max-iterations", turn.DefaultMaxIterations, "model `calls` per turn before the final answer is asked for")
+	fs.Int64Var(&m.TokenBudget, "token-budget", 0, "`tokens` per turn before it stops (0: no budget)")
+	fs.IntVar(&m.MaxToolFailures, "max-tool-failures", 0, "failed tool `calls` in a row before the turn stops (0: no limit)")
 	fs.DurationVar(&m.DecisionWait, "decision-wait", 0, "how long a turn whose calls all wait for decisions stays parked before it ends suspended")
 }
 
@@ -33,9 +33,9 @@ func (m *Machine) Register(fs *flag.FlagSet) {
 func (m *Machine) Validate() error {
 	switch {
 	case m.MaxIterations <= 0:
-		return fmt.Errorf("%w: -max-iterations must be positive", ErrUsage)
+		return fmt.Errorf("%w: --max-iterations must be positive", ErrUsage)
 	case m.TokenBudget < 0 || m.MaxToolFailures < 0 || m.DecisionWait < 0:
-		return fmt.Errorf("%w: -token-budget, -max-tool-failures and -decision-wait cannot be negative", ErrUsage)
+		return fmt.Errorf("%w: --token-budget, --max-tool-failures and --decision-wait cannot be negative", ErrUsage)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strings"
@@ -18,13 +19,23 @@ import (
 var ErrUsage = errors.New("invalid setting")
 
 // Parse sets fs's flags from, in rising precedence, the file named by the
-// -config flag (or <envPrefix>CONFIG), the environment (<envPrefix> plus
+// --config flag (or <envPrefix>CONFIG), the environment (<envPrefix> plus
 // the flag's name upper-cased, '-' as '_') and args. fs must define a
 // "config" string flag. Extra names env also reads for a flag (NATS_URL for
 // "nats", say) are given in aliases. It returns the remaining arguments.
+//
+// Parse prints nothing: its errors wrap ErrUsage (and flag.ErrHelp for
+// --help), and printing them, or the usage, is the command's job.
 func Parse(fs *flag.FlagSet, args []string, envPrefix string, aliases map[string][]string) ([]string, error) {
-	if err := fs.Parse(args); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUsage, err)
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
+	if err != nil {
+		// flag.ErrHelp stays visible to errors.Is: --help is no mistake.
+		return nil, fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
