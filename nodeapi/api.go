@@ -1,0 +1,214 @@
+package nodeapi
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/lash-run/lash"
+)
+
+// ServiceName is the micro service every node runs.
+const ServiceName = "lash"
+
+// Endpoint names.
+const (
+	EndpointSubmit = "submit"
+	EndpointStatus = "status"
+	EndpointDecide = "decide"
+	EndpointCancel = "cancel"
+	EndpointInfo   = "info"
+)
+
+// Subject is where the endpoint of a deployment with prefix listens.
+func Subject(prefix, endpoint string) string { return prefix + ".api." + endpoint }
+
+// SubmitRequest appends an input to a session: a user message, decisions
+// for suspended tool calls, a cancel, or several of these.
+type SubmitRequest struct {
+	Session string `json:"session"`
+	// Key is the input's idempotency key within the session.
+	Key       string          `json:"key"`
+	Text      string          `json:"text,omitempty"`
+	Decisions []lash.Decision `json:"decisions,omitempty"`
+	Cancel    bool            `json:"cancel,omitempty"`
+}
+
+func (r *SubmitRequest) missing() []string {
+	m := need(nil, "session", r.Session, "key", r.Key)
+	if r.Text == "" && len(r.Decisions) == 0 && !r.Cancel {
+		m = append(m, "text, decisions or cancel")
+	}
+	return m
+}
+
+func (r *SubmitRequest) input() lash.Input {
+	return lash.Input{Text: r.Text, Decisions: r.Decisions, Cancel: r.Cancel}
+}
+
+// Accepted answers submit, decide and cancel: the input's sequence on the
+// SESSIONS stream, and whether an input with the same key was there
+// already.
+type Accepted struct {
+	Seq       uint64 `json:"seq"`
+	Duplicate bool   `json:"duplicate"`
+}
+
+// StatusRequest asks for a session's head.
+type StatusRequest struct {
+	Session string `json:"session"`
+}
+
+func (r *StatusRequest) missing() []string { return need(nil, "session", r.Session) }
+
+// Status is a session's head as the answering node's projection holds it.
+type Status struct {
+	Session string `json:"session"`
+	// Revision is the session log's head revision; Fence the fencing token
+	// of the holder that fenced last.
+	Revision uint64 `json:"revision"`
+	Fence    uint64 `json:"fence"`
+	// Turns counts committed turns; the last one's id and outcome follow.
+	Turns    int    `json:"turns"`
+	LastTurn string `json:"last_turn,omitempty"`
+	// RunStatus is running, waiting or done ("" before the first turn).
+	RunStatus string `json:"run_status,omitempty"`
+	// Termination is why the last turn ended (natural-end, suspended, ...).
+	Termination     string `json:"termination,omitempty"`
+	TerminationCode string `json:"termination_code,omitempty"`
+	TerminationText string `json:"termination_detail,omitempty"`
+	InputTokens     int64  `json:"input_tokens"`
+	OutputTokens    int64  `json:"output_tokens"`
+	Messages        int    `json:"messages"`
+	// Inputs counts inputs appended; InputCursor is the last one a turn
+	// consumed; Pending lists the sequences of those still waiting.
+	Inputs      int      `json:"inputs"`
+	LastInput   uint64   `json:"last_input"`
+	InputCursor uint64   `json:"input_cursor"`
+	Pending     []uint64 `json:"pending,omitempty"`
+	// Suspended counts tool calls waiting for a decision.
+	Suspended int `json:"suspended"`
+	// Applied is the SESSIONS sequence the projection had folded when it
+	// answered: at least the stream's last sequence at the request.
+	Applied uint64 `json:"applied"`
+}
+
+// DecideRequest resumes or cancels a suspended tool call. Key is the
+// decision's idempotency key and its id.
+type DecideRequest struct {
+	Session string `json:"session"`
+	Key     string `json:"key"`
+	CallID  string `json:"call_id"`
+	// Action is "resume" or "cancel".
+	Action string `json:"action"`
+	// Mode, for resume: "replay" (the default), "use-result" or
+	// "pass-to-tool"; see lash.Decision.
+	Mode    string `json:"mode,omitempty"`
+	Payload string `json:"payload,omitempty"`
+}
+
+func (r *DecideRequest) missing() []string {
+	return need(nil, "session", r.Session, "key", r.Key, "call_id", r.CallID, "action", r.Action)
+}
+
+func (r *DecideRequest) decision() lash.Decision {
+	return lash.Decision{ID: r.Key, CallID: r.CallID, Action: r.Action, Mode: r.Mode, Payload: r.Payload}
+}
+
+// CancelRequest asks a session's running turn to stop at its next safe
+// boundary.
+type CancelRequest struct {
+	Session string `json:"session"`
+	Key     string `json:"key"`
+}
+
+func (r *CancelRequest) missing() []string { return need(nil, "session", r.Session, "key", r.Key) }
+
+// InfoRequest asks a node about itself. Its body may be empty.
+type InfoRequest struct{}
+
+func (*InfoRequest) missing() []string { return nil }
+
+// Info is a node about itself.
+type Info struct {
+	Node        string `json:"node"`
+	Incarnation string `json:"incarnation"`
+	Host        string `json:"host"`
+	PID         int    `json:"pid"`
+	Version     string `json:"version"`
+	Prefix      string `json:"prefix"`
+	// Started is when the API server started; Uptime how long ago, in
+	// seconds.
+	Started time.Time `json:"started"`
+	Uptime  float64   `json:"uptime_seconds"`
+	// Running counts the sessions whose lease this node holds.
+	Running int `json:"sessions_running"`
+	// Applied is the last SESSIONS sequence the node's projection folded.
+	Applied uint64 `json:"projection_applied"`
+}
+
+// UptimeDuration is Uptime as a duration.
+func (i *Info) UptimeDuration() time.Duration { return time.Duration(i.Uptime * float64(time.Second)) }
+
+// need appends the names whose values are empty to m; pairs are name,
+// value.
+func need(m []string, pairs ...string) []string {
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if pairs[i+1] == "" {
+			m = append(m, pairs[i])
+		}
+	}
+	return m
+}
+
+// Error codes.
+const (
+	CodeBadRequest = 400
+	CodeNotFound   = 404
+	CodeBusy       = 409
+	CodeTooLarge   = 413
+	CodeInternal   = 500
+)
+
+// Error is a request the node refused or failed, as the client sees it.
+type Error struct {
+	Endpoint    string
+	Code        int
+	Description string
+}
+
+func (e *Error) Error() string {
+	s := "nodeapi"
+	if e.Endpoint != "" {
+		s += ": " + e.Endpoint
+	}
+	s += fmt.Sprintf(": %d", e.Code)
+	if e.Description != "" {
+		s += " " + e.Description
+	}
+	return s
+}
+
+// Is matches an Error against the sentinels by code.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Endpoint == "" && t.Description == "" && t.Code == e.Code
+}
+
+// Sentinels for errors.Is, by code.
+var (
+	ErrBadRequest = &Error{Code: CodeBadRequest}
+	ErrNotFound   = &Error{Code: CodeNotFound}
+	ErrBusy       = &Error{Code: CodeBusy}
+	ErrTooLarge   = &Error{Code: CodeTooLarge}
+	ErrInternal   = &Error{Code: CodeInternal}
+)
+
+// oneLine keeps a description to one line.
+func oneLine(s string) string {
+	s = strings.TrimSpace(strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(s))
+	if s == "" {
+		return "error"
+	}
+	return s
+}

@@ -1,0 +1,34 @@
+// Package nodeapi is the request/reply API every lash node serves over
+// NATS, its wire types, and a typed client for it.
+//
+// Each node runs a nats.go/micro service named "lash" (so `nats micro ls`
+// lists every node as an instance) with these endpoints, all JSON, under
+// <prefix>.api.:
+//
+//	submit  {"session","key","text","decisions","cancel"} -> {"seq","duplicate"}
+//	status  {"session"}                                   -> the session's head
+//	decide  {"session","key","call_id","action","mode","payload"} -> {"seq","duplicate"}
+//	cancel  {"session","key"}                             -> {"seq","duplicate"}
+//	info    {}                                            -> the node: id, incarnation, host, ...
+//
+// submit, decide and cancel append an input to the session's log (its key
+// is the idempotency key: the same key again answers the first input's
+// sequence with duplicate set); any node may take them, and the session
+// runs on whichever node dispatch picks. status reads the answering node's
+// projection once it has folded everything the SESSIONS stream held when
+// the request came. info is answered by every node: Client.Info takes the
+// first answer, Client.Nodes gathers them all.
+//
+// Failures are micro errors (the Nats-Service-Error-Code and
+// Nats-Service-Error headers) with a one-line description:
+//
+//	400  bad request: invalid JSON, unknown or missing fields, an input lash refuses
+//	404  unknown session: status, decide or cancel of a session whose log is empty
+//	409  busy: the session or the node cannot take the request now; retry
+//	413  oversized: the input is over lash.MaxInputBytes
+//	500  anything else
+//
+// A refused request changes no durable state. The client returns them as
+// *Error, matched with errors.Is against ErrBadRequest, ErrNotFound,
+// ErrBusy, ErrTooLarge and ErrInternal.
+package nodeapi

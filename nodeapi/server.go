@@ -1,0 +1,359 @@
+package nodeapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lash-run/lash"
+	"github.com/lash-run/lash/leases"
+	"github.com/lash-run/lash/projector"
+	"github.com/lash-run/lash/sessionlog"
+	"github.com/lash-run/lash/streams"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Version is the node's version as SemVer, shown by `nats micro ls`
+	// and info. Default "0.0.0".
+	Version string
+	// Logger logs refused requests at warn and failed ones at error.
+	// Default slog.Default().
+	Logger *slog.Logger
+	// Timeout bounds the handling of one request. Default 30s.
+	Timeout time.Duration
+	// OnRequest, if set, is called after each request with its endpoint,
+	// the code answered (200 on success) and how long handling took. It
+	// runs on the request's goroutine: it must be quick and safe for
+	// concurrent use.
+	OnRequest func(endpoint string, code int, took time.Duration)
+}
+
+// maxRequestBytes refuses a request without reading it: no input it could
+// carry fits in lash.MaxInputBytes.
+const maxRequestBytes = lash.MaxInputBytes + 64<<10
+
+// Server serves the node API of one node.
+type Server struct {
+	node    *lash.Node
+	proj    *projector.Projector
+	cfg     Config
+	prefix  string
+	leases  *leases.Manager
+	svc     micro.Service
+	started time.Time
+
+	mu       sync.Mutex
+	stopped  bool
+	inflight sync.WaitGroup
+}
+
+// Start registers the node's micro service on the node's NATS connection
+// and serves it until Stop. The node must keep a projection
+// (lash.WithProjection): status and the unknown-session checks read it.
+func Start(node *lash.Node, cfg Config) (*Server, error) {
+	if node.Projection() == nil {
+		return nil, errors.New("nodeapi: the node keeps no projection (lash.WithProjection)")
+	}
+	if cfg.Version == "" {
+		cfg.Version = "0.0.0"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 30 * time.Second
+	}
+	c := node.Streams()
+	s := &Server{node: node, proj: node.Projection(), cfg: cfg, prefix: c.Config().Prefix,
+		leases: leases.New(c, node.Owner()), started: time.Now()}
+	owner := node.Owner()
+	svc, err := micro.AddService(c.Conn(), micro.Config{
+		Name:        ServiceName,
+		Version:     cfg.Version,
+		Description: "lash node " + node.ID(),
+		Metadata: map[string]string{"node": node.ID(), "incarnation": owner.Incarnation, "host": owner.Host,
+			"pid": strconv.Itoa(owner.PID), "prefix": s.prefix},
+		ErrorHandler: func(_ micro.Service, e *micro.NATSError) {
+			cfg.Logger.Error("node API subscription failed", "subject", e.Subject, "err", e.Description)
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("nodeapi: %w", err)
+	}
+	s.svc = svc
+	g := svc.AddGroup(s.prefix + ".api")
+	endpoints := []struct {
+		name, request string
+		handle        func(context.Context, []byte) (any, error)
+		opts          []micro.EndpointOpt
+	}{
+		{EndpointSubmit, `{"session","key","text","decisions","cancel"}`, s.submit, nil},
+		{EndpointStatus, `{"session"}`, s.status, nil},
+		{EndpointDecide, `{"session","key","call_id","action","mode","payload"}`, s.decide, nil},
+		{EndpointCancel, `{"session","key"}`, s.cancel, nil},
+		// Every node answers info, so a client can list them all.
+		{EndpointInfo, `{}`, s.info, []micro.EndpointOpt{micro.WithEndpointQueueGroupDisabled()}},
+	}
+	for _, e := range endpoints {
+		opts := append(e.opts, micro.WithEndpointMetadata(map[string]string{"request": e.request}))
+		if err := g.AddEndpoint(e.name, s.handler(e.name, e.handle), opts...); err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("nodeapi: endpoint %s: %w", e.name, err)
+		}
+	}
+	// Once Start returns, the server knows the subscriptions.
+	if err := c.Conn().Flush(); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("nodeapi: %w", err)
+	}
+	return s, nil
+}
+
+// ID is the service instance's id, as `nats micro ls` shows it.
+func (s *Server) ID() string { return s.svc.Info().ID }
+
+// Stop stops taking requests and waits for those being handled.
+func (s *Server) Stop() error {
+	err := s.svc.Stop()
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
+	s.inflight.Wait()
+	return err
+}
+
+// handler answers a request synchronously: micro reads the outcome of a
+// request when its handler returns.
+func (s *Server) handler(endpoint string, handle func(context.Context, []byte) (any, error)) micro.Handler {
+	return micro.HandlerFunc(func(r micro.Request) {
+		s.mu.Lock()
+		if s.stopped {
+			s.mu.Unlock()
+			return // the client retries on another node
+		}
+		s.inflight.Add(1)
+		s.mu.Unlock()
+		defer s.inflight.Done()
+
+		began := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
+		defer cancel()
+		resp, err := handle(ctx, r.Data())
+		code := 200
+		if err == nil {
+			err = r.RespondJSON(resp)
+		} else {
+			e := classify(err)
+			code = e.Code
+			err = r.Error(strconv.Itoa(e.Code), e.Description, nil)
+			log := s.cfg.Logger.Warn
+			if code >= 500 {
+				log = s.cfg.Logger.Error
+			}
+			log("node API request refused", "endpoint", endpoint, "code", code, "reason", e.Description)
+		}
+		if err != nil {
+			s.cfg.Logger.Warn("node API reply failed", "endpoint", endpoint, "err", err)
+		}
+		if s.cfg.OnRequest != nil {
+			s.cfg.OnRequest(endpoint, code, time.Since(began))
+		}
+	})
+}
+
+// classify maps a handler's error to the code and description answered.
+func classify(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		return &Error{Code: e.Code, Description: oneLine(e.Description)}
+	}
+	code := CodeInternal
+	switch {
+	case errors.Is(err, lash.ErrBadInput), errors.Is(err, sessionlog.ErrInvalid), errors.Is(err, streams.ErrBadID):
+		code = CodeBadRequest
+	case errors.Is(err, lash.ErrBusy), errors.Is(err, lash.ErrClosed):
+		code = CodeBusy
+	}
+	return &Error{Code: code, Description: oneLine(err.Error())}
+}
+
+func badRequest(format string, args ...any) *Error {
+	return &Error{Code: CodeBadRequest, Description: fmt.Sprintf(format, args...)}
+}
+
+type request interface{ missing() []string }
+
+// decode reads a request strictly: one JSON object, no unknown fields,
+// every required field present.
+func decode(data []byte, v request, emptyOK bool) error {
+	if len(data) > maxRequestBytes {
+		return &Error{Code: CodeTooLarge, Description: fmt.Sprintf("request is %d bytes; an input holds at most %d", len(data), lash.MaxInputBytes)}
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		if emptyOK {
+			return nil
+		}
+		return badRequest("empty request: want a JSON object")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var syn *json.SyntaxError
+		var typ *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &typ) && typ.Field != "":
+			return badRequest("field %s: want a %s, not a JSON %s", typ.Field, typ.Type, typ.Value)
+		case errors.As(err, &typ):
+			return badRequest("want a JSON object, not a JSON %s", typ.Value)
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			return badRequest("unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
+		case errors.As(err, &syn), errors.Is(err, io.ErrUnexpectedEOF):
+			return badRequest("invalid JSON: %v", err)
+		}
+		return badRequest("invalid request: %v", err)
+	}
+	if dec.More() {
+		return badRequest("invalid JSON: more data after the request object")
+	}
+	if m := v.missing(); len(m) == 1 {
+		return badRequest("missing field: %s", m[0])
+	} else if len(m) > 1 {
+		return badRequest("missing fields: %s", strings.Join(m, "; "))
+	}
+	return nil
+}
+
+// checkSize refuses an input lash would refuse for its size.
+func checkSize(in lash.Input) error {
+	data, err := json.Marshal(in)
+	if err != nil {
+		return badRequest("input: %v", err)
+	}
+	if len(data) > lash.MaxInputBytes {
+		return &Error{Code: CodeTooLarge, Description: fmt.Sprintf("input is %d bytes, at most %d", len(data), lash.MaxInputBytes)}
+	}
+	return nil
+}
+
+// head is the session's head once the projection holds everything the
+// SESSIONS stream held at the call; an unknown session is a 404.
+func (s *Server) head(ctx context.Context, session string) (*projector.SessionHead, error) {
+	if _, err := streams.Token(session); err != nil {
+		return nil, badRequest("session: %v", err)
+	}
+	last, err := s.node.Streams().LastSeq(ctx, streams.Sessions)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.proj.WaitFor(ctx, last); err != nil {
+		return nil, err
+	}
+	h, err := s.proj.Session(session)
+	if errors.Is(err, projector.ErrNotFound) {
+		return nil, &Error{Code: CodeNotFound, Description: fmt.Sprintf("unknown session %q: its log is empty", session)}
+	}
+	return h, err
+}
+
+func (s *Server) send(ctx context.Context, session, key string, in lash.Input) (any, error) {
+	if err := checkSize(in); err != nil {
+		return nil, err
+	}
+	seq, dup, err := s.node.Session(session).Send(ctx, key, in)
+	if err != nil {
+		return nil, err
+	}
+	return Accepted{Seq: seq, Duplicate: dup}, nil
+}
+
+func (s *Server) submit(ctx context.Context, data []byte) (any, error) {
+	var req SubmitRequest
+	if err := decode(data, &req, false); err != nil {
+		return nil, err
+	}
+	return s.send(ctx, req.Session, req.Key, req.input())
+}
+
+func (s *Server) decide(ctx context.Context, data []byte) (any, error) {
+	var req DecideRequest
+	if err := decode(data, &req, false); err != nil {
+		return nil, err
+	}
+	if _, err := s.head(ctx, req.Session); err != nil {
+		return nil, err
+	}
+	return s.send(ctx, req.Session, req.Key, lash.Input{Decisions: []lash.Decision{req.decision()}})
+}
+
+func (s *Server) cancel(ctx context.Context, data []byte) (any, error) {
+	var req CancelRequest
+	if err := decode(data, &req, false); err != nil {
+		return nil, err
+	}
+	if _, err := s.head(ctx, req.Session); err != nil {
+		return nil, err
+	}
+	return s.send(ctx, req.Session, req.Key, lash.Input{Cancel: true})
+}
+
+func (s *Server) status(ctx context.Context, data []byte) (any, error) {
+	var req StatusRequest
+	if err := decode(data, &req, false); err != nil {
+		return nil, err
+	}
+	h, err := s.head(ctx, req.Session)
+	if err != nil {
+		return nil, err
+	}
+	st := &Status{Session: h.Session, Revision: h.Revision, Fence: h.Fence, Turns: h.Turns, LastTurn: h.LastTurn,
+		InputTokens: h.Usage.InputTokens, OutputTokens: h.Usage.OutputTokens, Messages: h.Messages,
+		Inputs: h.Inputs, LastInput: h.LastInput, InputCursor: h.InputCursor, Pending: h.Pending,
+		Suspended: h.Suspended, Applied: s.proj.Applied()}
+	if h.Turns > 0 {
+		st.RunStatus = h.Status.String()
+		st.Termination = h.Termination.Reason.String()
+		st.TerminationCode, st.TerminationText = h.Termination.Code, h.Termination.Detail
+	}
+	return st, nil
+}
+
+func (s *Server) info(ctx context.Context, data []byte) (any, error) {
+	var req InfoRequest
+	if err := decode(data, &req, true); err != nil {
+		return nil, err
+	}
+	running, err := s.Running(ctx)
+	if err != nil {
+		return nil, err
+	}
+	o := s.node.Owner()
+	return &Info{Node: s.node.ID(), Incarnation: o.Incarnation, Host: o.Host, PID: o.PID, Version: s.cfg.Version,
+		Prefix: s.prefix, Started: s.started, Uptime: time.Since(s.started).Seconds(),
+		Running: running, Applied: s.proj.Applied()}, nil
+}
+
+// Running counts the sessions whose lease this node holds, read from the
+// lease bucket.
+func (s *Server) Running(ctx context.Context) (int, error) {
+	hs, err := s.leases.List(ctx, "sess.")
+	if err != nil {
+		return 0, err
+	}
+	me, n := s.node.Owner(), 0
+	for _, h := range hs {
+		if h.Owner.ID == me.ID && h.Owner.Incarnation == me.Incarnation {
+			n++
+		}
+	}
+	return n, nil
+}

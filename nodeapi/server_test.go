@@ -1,0 +1,361 @@
+package nodeapi_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lash-run/lash"
+	"github.com/lash-run/lash/nodeapi"
+	"github.com/lash-run/lash/provider/scripted"
+	"github.com/lash-run/lash/streams"
+	"github.com/lash-run/lash/testenv"
+	"github.com/lash-run/lash/tools"
+	"github.com/lash-run/lash/tools/builtin"
+	"github.com/lash-run/lash/turn"
+)
+
+const approvalScript = `
+rule ask
+  when tools = 0
+  call wait_for_approval {"request":"deploy to production"}
+
+default
+  say Deployed.
+`
+
+// syncBuffer is a log sink safe for the server's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+type requestLog struct {
+	mu    sync.Mutex
+	codes map[string]int // "endpoint code" -> count
+}
+
+func (r *requestLog) add(endpoint string, code int, _ time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.codes[fmt.Sprintf("%s %d", endpoint, code)]++
+}
+
+func (r *requestLog) count(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.codes[key]
+}
+
+type apiRig struct {
+	t      *testing.T
+	ctx    context.Context
+	srv    *testenv.Server
+	node   *lash.Node
+	server *nodeapi.Server
+	client *nodeapi.Client
+	logs   *syncBuffer
+	reqs   *requestLog
+}
+
+func newAPIRig(t *testing.T, nodeID string, srv *testenv.Server) *apiRig {
+	ctx := context.Background()
+	if srv == nil {
+		srv = testenv.RunJetStream(t)
+	}
+	reg := tools.New()
+	if err := builtin.Register(reg, streams.DefaultPrefix, time.Now); err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	n, err := lash.Open(ctx, lash.WithConn(srv.Conn(t)), lash.WithNodeID(nodeID),
+		lash.WithModel(scripted.NewModel(scripted.MustParse(approvalScript))), lash.WithTools(reg),
+		lash.WithMachine(turn.Config{Model: "scripted"}), lash.WithLogger(quiet),
+		lash.WithProjection(t.TempDir()), lash.WithLeaseTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close(ctx) })
+	r := &apiRig{t: t, ctx: ctx, srv: srv, node: n, logs: &syncBuffer{}, reqs: &requestLog{codes: map[string]int{}}}
+	r.server, err = nodeapi.Start(n, nodeapi.Config{Version: "1.2.3",
+		Logger: slog.New(slog.NewTextHandler(r.logs, nil)), OnRequest: r.reqs.add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.server.Stop() })
+	r.client = nodeapi.NewClient(srv.Conn(t), "")
+	return r
+}
+
+// lastSeqs is the last sequence of every stream: what "no durable change"
+// compares.
+func (r *apiRig) lastSeqs() [2]uint64 {
+	r.t.Helper()
+	var out [2]uint64
+	for i, s := range []streams.Stream{streams.Sessions, streams.Effects} {
+		seq, err := r.node.Streams().LastSeq(r.ctx, s)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		out[i] = seq
+	}
+	return out
+}
+
+// A session's life through the API: submit (idempotent), a turn that ends
+// waiting for approval, status, a decision, the turn that finishes, and a
+// cancel.
+func TestEndpoints(t *testing.T) {
+	r := newAPIRig(t, "node-a", nil)
+	ctx := r.ctx
+	acc, err := r.client.Submit(ctx, nodeapi.SubmitRequest{Session: "s1", Key: "k1", Text: "Deploy it."})
+	if err != nil || acc.Seq == 0 || acc.Duplicate {
+		t.Fatalf("submit: %+v, %v", acc, err)
+	}
+	again, err := r.client.Submit(ctx, nodeapi.SubmitRequest{Session: "s1", Key: "k1", Text: "Deploy it."})
+	if err != nil || again.Seq != acc.Seq || !again.Duplicate {
+		t.Fatalf("submit again: %+v, %v; want seq %d, duplicate", again, err, acc.Seq)
+	}
+
+	st, err := r.client.Status(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Inputs != 1 || st.Turns != 0 || st.RunStatus != "" || len(st.Pending) != 1 || st.Applied < acc.Seq {
+		t.Errorf("status before the turn: %+v", st)
+	}
+
+	if _, err := r.node.Session("s1").Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err = r.client.Status(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Turns != 1 || st.Suspended != 1 || st.Termination != turn.Suspended.String() || st.InputCursor != acc.Seq {
+		t.Errorf("status after the first turn: %+v", st)
+	}
+
+	// A decision for a call the session does not hold is refused.
+	_, err = r.client.Decide(ctx, nodeapi.DecideRequest{Session: "s1", Key: "d0", CallID: "call_9", Action: "resume"})
+	if !errors.Is(err, nodeapi.ErrBadRequest) || !strings.Contains(err.Error(), "no suspended call") {
+		t.Errorf("decide for an unknown call: %v", err)
+	}
+	dec, err := r.client.Decide(ctx, nodeapi.DecideRequest{Session: "s1", Key: "d1", CallID: "call_1", Action: "resume",
+		Mode: "use-result", Payload: "approved by ops"})
+	if err != nil || dec.Seq <= acc.Seq {
+		t.Fatalf("decide: %+v, %v", dec, err)
+	}
+	if _, err := r.node.Session("s1").Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err = r.client.Status(ctx, "s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Turns != 2 || st.Suspended != 0 || st.RunStatus != "done" || st.Termination != "natural-end" || st.Messages == 0 {
+		t.Errorf("status after the decision: %+v", st)
+	}
+
+	c, err := r.client.Cancel(ctx, "s1", "c1")
+	if err != nil || c.Seq <= dec.Seq {
+		t.Fatalf("cancel: %+v, %v", c, err)
+	}
+
+	info, err := r.client.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := r.node.Owner()
+	if info.Node != "node-a" || info.Incarnation != o.Incarnation || info.PID != o.PID || info.Host != o.Host ||
+		info.Version != "1.2.3" || info.Prefix != "lash" || info.Running != 0 || info.Applied < c.Seq || info.Uptime <= 0 {
+		t.Errorf("info: %+v", info)
+	}
+	for _, key := range []string{"submit 200", "status 200", "decide 200", "decide 400", "cancel 200", "info 200"} {
+		if r.reqs.count(key) == 0 {
+			t.Errorf("no request %q counted: %v", key, r.reqs.codes)
+		}
+	}
+}
+
+// Every kind of bad request is refused with its code and a one-line
+// reason, is counted and logged at warn, and changes nothing durable.
+func TestBadRequests(t *testing.T) {
+	r := newAPIRig(t, "node-a", nil)
+	if _, err := r.client.Submit(r.ctx, nodeapi.SubmitRequest{Session: "known", Key: "k1", Text: "hello"}); err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("x", lash.MaxInputBytes)
+	cases := []struct {
+		name, endpoint, body string
+		code                 int
+		want                 string
+	}{
+		{"invalid JSON", "submit", `{"session":`, 400, "invalid JSON"},
+		{"not JSON", "status", `hello`, 400, "invalid JSON"},
+		{"not an object", "submit", `[1,2]`, 400, "want a JSON object"},
+		{"trailing data", "status", `{"session":"known"} {}`, 400, "more data after"},
+		{"empty body", "cancel", ``, 400, "empty request"},
+		{"unknown field", "submit", `{"session":"known","key":"k","text":"x","colour":"red"}`, 400, `unknown field "colour"`},
+		{"unknown field in a decision", "submit", `{"session":"known","key":"k","decisions":[{"id":"d","call_id":"c","action":"resume","why":1}]}`, 400, `unknown field "why"`},
+		{"wrong type", "submit", `{"session":5,"key":"k","text":"x"}`, 400, "field session: want a string"},
+		{"missing session and key", "submit", `{"text":"x"}`, 400, "missing fields: session; key"},
+		{"missing input", "submit", `{"session":"known","key":"k"}`, 400, "missing field: text, decisions or cancel"},
+		{"missing session", "status", `{}`, 400, "missing field: session"},
+		{"missing call_id and action", "decide", `{"session":"known","key":"k"}`, 400, "missing fields: call_id; action"},
+		{"missing key", "cancel", `{"session":"known"}`, 400, "missing field: key"},
+		{"bad action", "decide", `{"session":"known","key":"k","call_id":"c","action":"maybe"}`, 400, "action must be resume or cancel"},
+		{"bad action in submit", "submit", `{"session":"known","key":"k","decisions":[{"id":"d","call_id":"c","action":"maybe"}]}`, 400, "action must be resume or cancel"},
+		{"no such suspended call", "decide", `{"session":"known","key":"k","call_id":"c","action":"cancel"}`, 400, `no suspended call "c"`},
+		{"unknown session status", "status", `{"session":"nobody"}`, 404, `unknown session "nobody"`},
+		{"unknown session decide", "decide", `{"session":"nobody","key":"k","call_id":"c","action":"resume"}`, 404, `unknown session "nobody"`},
+		{"unknown session cancel", "cancel", `{"session":"nobody","key":"k"}`, 404, `unknown session "nobody"`},
+		{"oversized text", "submit", `{"session":"known","key":"k","text":"` + big + `"}`, 413, "at most 262144"},
+		{"oversized payload", "decide", `{"session":"known","key":"k","call_id":"c","action":"resume","mode":"use-result","payload":"` + big + `"}`, 413, "at most 262144"},
+		{"oversized request", "submit", `{"session":"known","key":"k","text":"` + big + big + `"}`, 413, "at most 262144"},
+		{"unknown field in info", "info", `{"verbose":true}`, 400, `unknown field "verbose"`},
+	}
+	before := r.lastSeqs()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := r.client.Do(r.ctx, c.endpoint, []byte(c.body))
+			var e *nodeapi.Error
+			if !errors.As(err, &e) {
+				t.Fatalf("error %v, want *nodeapi.Error", err)
+			}
+			if e.Code != c.code || !strings.Contains(e.Description, c.want) || strings.Contains(e.Description, "\n") {
+				t.Errorf("refused with %d %q, want %d and one line containing %q", e.Code, e.Description, c.code, c.want)
+			}
+			if e.Endpoint != c.endpoint {
+				t.Errorf("error names endpoint %q", e.Endpoint)
+			}
+		})
+	}
+	if after := r.lastSeqs(); after != before {
+		t.Errorf("bad requests changed the streams: last sequences %v, were %v", after, before)
+	}
+	for _, c := range cases {
+		if r.reqs.count(fmt.Sprintf("%s %d", c.endpoint, c.code)) == 0 {
+			t.Errorf("%s %d not counted", c.endpoint, c.code)
+		}
+	}
+	logs := r.logs.String()
+	if n := strings.Count(logs, "level=WARN msg=\"node API request refused\""); n != len(cases) {
+		t.Errorf("%d refusals logged at warn, want %d:\n%s", n, len(cases), logs)
+	}
+	// The sentinels match by code.
+	_, err := r.client.Status(r.ctx, "nobody")
+	if !errors.Is(err, nodeapi.ErrNotFound) || errors.Is(err, nodeapi.ErrBadRequest) {
+		t.Errorf("status of an unknown session: %v", err)
+	}
+}
+
+// status reads its own writes: a submit on one node is seen by the status
+// of another node at once, as each waits for its projection to reach the
+// stream's end.
+func TestStatusReadsAcrossNodes(t *testing.T) {
+	a := newAPIRig(t, "node-a", nil)
+	b := newAPIRig(t, "node-b", a.srv)
+	nodes, err := a.client.Nodes(a.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, n := range nodes {
+		seen[n.Node] = true
+	}
+	if len(nodes) != 2 || !seen["node-a"] || !seen["node-b"] {
+		t.Errorf("nodes: %+v", nodes)
+	}
+	for i := range 20 {
+		sid := fmt.Sprintf("s%d", i)
+		acc, err := a.client.Submit(a.ctx, nodeapi.SubmitRequest{Session: sid, Key: "k", Text: "hi"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []*nodeapi.Client{a.client, b.client} {
+			st, err := c.Status(a.ctx, sid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.LastInput != acc.Seq {
+				t.Fatalf("status of %s: last input %d, want %d", sid, st.LastInput, acc.Seq)
+			}
+		}
+	}
+}
+
+// info counts the sessions whose lease the node holds; Stop waits for a
+// request being handled and then answers nothing more.
+func TestInfoRunningAndStop(t *testing.T) {
+	r := newAPIRig(t, "node-a", nil)
+	if _, err := r.client.Submit(r.ctx, nodeapi.SubmitRequest{Session: "s1", Key: "k1", Text: "Deploy it."}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.node.Session("s1").Run(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	// No lease is held once the run is over.
+	if n, err := r.server.Running(r.ctx); err != nil || n != 0 {
+		t.Errorf("running: %d, %v", n, err)
+	}
+	if r.server.ID() == "" {
+		t.Error("no service id")
+	}
+	if err := r.server.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, 500*time.Millisecond)
+	defer cancel()
+	_, err := r.client.Info(ctx)
+	if !errors.Is(err, nodeapi.ErrNoNode) && !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("info after Stop: %v", err)
+	}
+}
+
+// A node without a projection cannot serve the API.
+func TestStartNeedsProjection(t *testing.T) {
+	srv := testenv.RunJetStream(t)
+	n, err := lash.Open(context.Background(), lash.WithConn(srv.Conn(t)),
+		lash.WithModel(scripted.NewModel(scripted.MustParse(approvalScript))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close(context.Background())
+	if _, err := nodeapi.Start(n, nodeapi.Config{}); err == nil || !strings.Contains(err.Error(), "projection") {
+		t.Errorf("Start: %v", err)
+	}
+}
+
+// The client says when no node answers.
+func TestNoNode(t *testing.T) {
+	srv := testenv.RunJetStream(t)
+	c := nodeapi.NewClient(srv.Conn(t), "other")
+	if _, err := c.Submit(context.Background(), nodeapi.SubmitRequest{Session: "s", Key: "k", Text: "x"}); !errors.Is(err, nodeapi.ErrNoNode) {
+		t.Errorf("submit: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := c.Nodes(ctx); !errors.Is(err, nodeapi.ErrNoNode) {
+		t.Errorf("nodes: %v", err)
+	}
+}
