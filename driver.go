@@ -169,6 +169,7 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 		}
 		b, _ := sessionlog.DecodeTurnBody(body)
 		st.apply(turnID, pos.Seq(), b)
+		s.wakeAfterCommit(ctx, turnID, out.Suspended)
 		results = append(results, TurnResult{Turn: turnID, Seq: pos.Seq(), Cursor: d.cursor, Outcome: out,
 			Executed: d.executed, Replayed: d.replayed})
 	}
@@ -222,10 +223,13 @@ func (d *drive) lookup(key turn.ReplayKey, hash turn.Hash) (*effectlog.Record, e
 
 func (d *drive) run(ctx context.Context, st *state, input *sessionlog.Input) (turn.Outcome, error) {
 	n := d.s.n
+	// A bad input is consumed by a turn that records why it was refused
+	// and changes nothing else.
 	in, err := parseInput(input.Data)
+	if err == nil && in.Text == "" && !in.Cancel {
+		err = decisionsMatch(d.s.id, in.Decisions, st.suspended)
+	}
 	if err != nil {
-		// A bad input is consumed by a turn that records why it was
-		// refused and changes nothing else.
 		return turn.Outcome{Status: turn.StatusDone,
 			Termination: turn.Termination{Reason: turn.Error, Code: "invalid_input", Detail: err.Error()}}, nil
 	}
@@ -276,6 +280,19 @@ func (d *drive) run(ctx context.Context, st *state, input *sessionlog.Input) (tu
 			}
 		}
 	}
+}
+
+// decisionsMatch refuses an input of decisions only, none of which names a
+// call the session holds suspended: it would start a turn with nothing to do.
+func decisionsMatch(session string, ds []Decision, suspended []turn.SuspendedCall) error {
+	for _, d := range ds {
+		for _, c := range suspended {
+			if c.Call.ID == d.CallID {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%w: session %s has no suspended call named by the decisions", ErrBadInput, session)
 }
 
 // cancelled marks an effect to be answered with Cancel.

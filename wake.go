@@ -1,0 +1,232 @@
+package lash
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lash-run/lash/projector"
+	"github.com/lash-run/lash/sessionlog"
+	"github.com/lash-run/lash/streams"
+	"github.com/lash-run/lash/tools/builtin"
+	"github.com/lash-run/lash/turn"
+)
+
+// signalConsumer is the durable consumer the nodes share over signals.
+const signalConsumer = "lash-signals"
+
+// WakeInterval is how often a node looks for sleeps that are due.
+const WakeInterval = time.Second
+
+// parkedCall is a call a session holds suspended on a built-in ticket.
+type parkedCall struct {
+	session string
+	turn    string // the commit that left it suspended
+	call    turn.ToolCall
+	ticket  builtin.Ticket
+}
+
+// Wake resumes calls parked by the built-in tools (tools/builtin): a sleep
+// once its time has come, a signal wait once a signal arrives on its
+// subject. It appends a decision to the call's session, which Serve then
+// runs; decisions carry ids derived from the call, so nodes waking the same
+// call at once change nothing twice. It runs until ctx ends and needs
+// WithProjection: the projection says which calls are parked.
+func (n *Node) Wake(ctx context.Context) error {
+	if n.proj == nil {
+		return errors.New("lash: Wake needs a projection (WithProjection)")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 2)
+	go func() { errc <- n.wakeSignals(ctx) }()
+	go func() { errc <- n.wakeTimers(ctx) }()
+	err := <-errc
+	cancel()
+	<-errc
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+func (n *Node) wakeTimers(ctx context.Context) error {
+	t := time.NewTicker(WakeInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		calls, err := n.parked(ctx)
+		if err != nil {
+			if ctx.Err() == nil {
+				n.opts.logger.Warn("looking for parked calls", "err", err)
+			}
+			continue
+		}
+		now := time.Now()
+		for _, pc := range calls {
+			if pc.ticket.Kind != builtin.SleepTicket || pc.ticket.Until.After(now) {
+				continue
+			}
+			payload := "slept until " + pc.ticket.Until.Format(time.RFC3339)
+			if err := n.wake(ctx, pc, "timer", payload); err != nil && ctx.Err() == nil {
+				n.opts.logger.Warn("waking a sleep", "session", pc.session, "call", pc.call.ID, "err", err)
+			}
+		}
+	}
+}
+
+func (n *Node) wakeSignals(ctx context.Context) error {
+	d, err := n.client.Dispatcher(ctx, streams.Triggers, signalConsumer, n.client.Subjects().Signals(), 30*time.Second)
+	if err != nil {
+		return err
+	}
+	for ctx.Err() == nil {
+		ds, err := d.Fetch(ctx, 64, time.Second)
+		if err != nil {
+			if ctx.Err() == nil {
+				n.opts.logger.Warn("signal fetch failed", "err", err)
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+			continue
+		}
+		for _, dl := range ds {
+			if err := n.signal(ctx, dl.Msg); err != nil {
+				if ctx.Err() == nil {
+					n.opts.logger.Warn("signal not delivered yet; it comes back", "subject", dl.Msg.Subject, "err", err)
+				}
+				_ = dl.Retry(time.Second)
+				continue
+			}
+			_ = dl.Ack()
+		}
+	}
+	return nil
+}
+
+// signal wakes every call waiting on the signal's subject.
+func (n *Node) signal(ctx context.Context, m *streams.Msg) error {
+	if err := CheckSignal(m.Data); err != nil {
+		// Set aside where operators look (the signals' quarantine); nothing
+		// waiting can take it.
+		n.opts.logger.Warn("signal passed over", "subject", m.Subject, "seq", m.Seq, "err", err)
+		n.observe(Event{Kind: EventWake, Err: err})
+		return nil
+	}
+	calls, err := n.parked(ctx)
+	if err != nil {
+		return err
+	}
+	for _, pc := range calls {
+		if pc.ticket.Kind == builtin.SignalTicket && pc.ticket.Subject == m.Subject {
+			if err := n.wake(ctx, pc, fmt.Sprintf("signal-%d", m.Seq), string(m.Data)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// MaxSignalBytes caps one signal's payload.
+const MaxSignalBytes = 64 << 10
+
+// CheckSignal reports why a signal's payload cannot be delivered: it must
+// be JSON of at most MaxSignalBytes.
+func CheckSignal(data []byte) error {
+	if len(data) > MaxSignalBytes {
+		return fmt.Errorf("%w: signal of %d bytes, at most %d", ErrBadInput, len(data), MaxSignalBytes)
+	}
+	if !json.Valid(data) {
+		return fmt.Errorf("%w: a signal's payload must be JSON", ErrBadInput)
+	}
+	return nil
+}
+
+// wakeAfterCommit covers a signal that came before its wait was committed:
+// the waker looked for waiting calls before the commit and found none.
+func (s *Session) wakeAfterCommit(ctx context.Context, turnID string, suspended []turn.SuspendedCall) {
+	n := s.n
+	for _, sc := range suspended {
+		t, ok := builtin.ParseTicket(sc.Ticket.Reason)
+		if !ok || t.Kind != builtin.SignalTicket {
+			continue
+		}
+		m, err := n.client.Head(ctx, t.Subject)
+		if err != nil || m == nil {
+			continue // none yet: the waker sees it come
+		}
+		if CheckSignal(m.Data) != nil {
+			continue
+		}
+		pc := parkedCall{session: s.id, turn: turnID, call: sc.Call, ticket: t}
+		if err := n.wake(ctx, pc, fmt.Sprintf("signal-%d", m.Seq), string(m.Data)); err != nil {
+			n.opts.logger.Warn("waking a signal wait", "session", s.id, "call", sc.Call.ID, "err", err)
+		}
+	}
+}
+
+// wake appends the decision that resumes a parked call with payload as its
+// result. The decision's id and msg id name the call and the cause, so
+// every node waking it for the same cause appends it once.
+func (n *Node) wake(ctx context.Context, pc parkedCall, cause, payload string) error {
+	id := fmt.Sprintf("wake:%s:%s:%s", pc.turn, pc.call.ID, cause)
+	data, err := json.Marshal(Input{Decisions: []Decision{{ID: id, CallID: pc.call.ID, Action: "resume", Mode: "use-result", Payload: payload}}})
+	if err != nil {
+		return err
+	}
+	_, dup, err := n.log.AppendInput(ctx, pc.session, id, data)
+	if err == nil && !dup {
+		n.observe(Event{Kind: EventWake, Session: pc.session, Turn: pc.turn})
+	}
+	return err
+}
+
+// parked lists the calls parked on built-in tickets, as the projection
+// knows them once it has folded everything the stream holds now.
+func (n *Node) parked(ctx context.Context) ([]parkedCall, error) {
+	last, err := n.client.LastSeq(ctx, streams.Sessions)
+	if err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := n.proj.WaitFor(wctx, last); err != nil {
+		return nil, err
+	}
+	return parkedIn(n.proj)
+}
+
+func parkedIn(p *projector.Projector) ([]parkedCall, error) {
+	heads, err := p.Sessions()
+	if err != nil {
+		return nil, err
+	}
+	var out []parkedCall
+	for _, h := range heads {
+		if h.Suspended == 0 || h.LastTurn == "" {
+			continue
+		}
+		ti, err := p.Turn(h.Session, h.LastTurn)
+		if err != nil {
+			return nil, err
+		}
+		body, err := sessionlog.DecodeTurnBody(ti.Body)
+		if err != nil {
+			continue // the projection set it aside already
+		}
+		for _, sc := range body.Outcome.Suspended {
+			if t, ok := builtin.ParseTicket(sc.Ticket.Reason); ok {
+				out = append(out, parkedCall{session: h.Session, turn: h.LastTurn, call: sc.Call, ticket: t})
+			}
+		}
+	}
+	return out, nil
+}
