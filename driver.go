@@ -330,6 +330,7 @@ func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) 
 		return nil, err
 	}
 	a.Took = time.Since(began)
+	a.Request = renderRequest(e)
 	data, err := encodeAnswer(a)
 	if err != nil {
 		return nil, err
@@ -501,7 +502,7 @@ func (d *drive) toolCall(ctx context.Context, pc turn.PendingCall) (turn.ToolRes
 		return turn.ToolResult{}, err // interrupted: record nothing
 	}
 	took := time.Since(began)
-	data, err := encodeAnswer(&answer{Result: &res, Took: took})
+	data, err := encodeAnswer(&answer{Result: &res, Took: took, Request: renderCall(pc)})
 	if err != nil {
 		return turn.ToolResult{}, err
 	}

@@ -24,6 +24,9 @@ type answer struct {
 	// Took is how long performing the effect took, for operators; replay
 	// ignores it.
 	Took time.Duration `msgpack:"took,omitempty"`
+	// Request is the request as lines (renderRequest), so that verify can
+	// show how a changed request differs; replay ignores it.
+	Request string `msgpack:"req,omitempty"`
 }
 
 func encodeAnswer(a *answer) ([]byte, error) { return msgpack.Marshal(a) }

@@ -1,0 +1,347 @@
+package lash
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/lash-run/lash/effectlog"
+	"github.com/lash-run/lash/sessionlog"
+	"github.com/lash-run/lash/turn"
+)
+
+// VerifyReport is what replaying a session's recorded turns through the
+// current machine found.
+type VerifyReport struct {
+	Session string        `json:"session"`
+	Turns   []TurnVerdict `json:"turns"`
+}
+
+// OK is set when no turn diverged.
+func (r *VerifyReport) OK() bool {
+	for _, t := range r.Turns {
+		if t.Divergence != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// TurnVerdict is one turn's replay.
+type TurnVerdict struct {
+	Turn string `json:"turn"`
+	// Verdict is "ok", "diverged" or "unverifiable" (its journal is gone,
+	// past the retention, or it never had one).
+	Verdict    string      `json:"verdict"`
+	Replayed   int         `json:"replayed"`
+	Divergence *Divergence `json:"divergence,omitempty"`
+	Note       string      `json:"note,omitempty"`
+}
+
+// Divergence is the first point where the current machine takes another
+// path than the recorded turn.
+type Divergence struct {
+	Key string `json:"key"`
+	// Recorded and Current are the request hashes; empty when the
+	// divergence is in the outcome rather than a request.
+	Recorded string `json:"recorded,omitempty"`
+	Current  string `json:"current,omitempty"`
+	Detail   string `json:"detail"`
+	// Diff compares the recorded request with the current one, line by
+	// line ("-" recorded, "+" current), when the record kept the request.
+	Diff string `json:"diff,omitempty"`
+}
+
+// Verify replays the recorded turns of a session (or only turnID) through
+// a machine configured with cfg, feeding each effect its journaled outcome,
+// and reports where a request differs from the recorded one (a deploy that
+// would make replay fail with a nondeterminism error) or the outcome from
+// the committed one. It performs nothing.
+func (i *Inspector) Verify(ctx context.Context, cfg turn.Config, session, turnID string) (*VerifyReport, error) {
+	entries, err := i.readLog(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	if len(entries) == 0 {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownSession, session)
+	}
+	inputs, err := i.c.Subjects().SessionInputs(session)
+	if err != nil {
+		return nil, err
+	}
+	rep := &VerifyReport{Session: session}
+	st := &state{turns: map[string]uint64{}}
+	found := false
+	for _, le := range entries {
+		if le.entry.Kind != sessionlog.KindCommit {
+			continue
+		}
+		body, err := sessionlog.DecodeTurnBody(le.entry.Body)
+		if err != nil {
+			continue
+		}
+		if turnID == "" || le.entry.Turn == turnID {
+			found = true
+			v, err := i.verifyTurn(ctx, cfg, session, le.entry.Turn, inputs, st, body)
+			if err != nil {
+				return nil, err
+			}
+			rep.Turns = append(rep.Turns, v)
+		}
+		st.apply(le.entry.Turn, le.seq, body)
+	}
+	if turnID != "" && !found {
+		return nil, fmt.Errorf("%w: session %s has no committed turn %q", ErrBadInput, session, turnID)
+	}
+	return rep, nil
+}
+
+func (i *Inspector) verifyTurn(ctx context.Context, cfg turn.Config, session, turnID, inputs string, st *state, committed *sessionlog.TurnBody) (TurnVerdict, error) {
+	v := TurnVerdict{Turn: turnID, Verdict: "ok"}
+	seq, ok := turnInput(turnID)
+	if !ok {
+		v.Verdict, v.Note = "unverifiable", "the turn id names no input"
+		return v, nil
+	}
+	m, err := i.c.NextOnSubject(ctx, inputs, seq)
+	if err != nil || m.Seq != seq {
+		v.Verdict, v.Note = "unverifiable", fmt.Sprintf("input %d is gone", seq)
+		return v, nil
+	}
+	in, err := parseInput(m.Data)
+	if err == nil && in.Text == "" && !in.Cancel {
+		err = decisionsMatch(session, in.Decisions, st.suspended)
+	}
+	if err != nil {
+		if committed.Outcome.Termination.Code != "invalid_input" {
+			v.Verdict = "diverged"
+			v.Divergence = &Divergence{Key: turnID, Detail: fmt.Sprintf("the input is refused now (%v) but was run then", err)}
+		}
+		return v, nil
+	}
+	recs, err := i.journal.Load(ctx, session, turnID)
+	if err != nil {
+		return v, err
+	}
+	recorded := make(map[turn.ReplayKey]*effectlog.Record, len(recs))
+	for _, r := range recs {
+		recorded[r.Key] = r
+	}
+	mach, err := turn.New(cfg, turn.Start{Session: session, Turn: turnID, History: st.history, Suspended: st.suspended, Input: in.toTurn()})
+	if err != nil {
+		return v, err
+	}
+	// answer returns the recorded answer at key, or a verdict.
+	answer := func(key turn.ReplayKey, hash turn.Hash, current string) (*answer, bool) {
+		rec, ok := recorded[key]
+		if !ok {
+			v.Verdict, v.Note = "unverifiable", fmt.Sprintf("%s is not in the journal (past its retention?)", key)
+			return nil, false
+		}
+		a, err := decodeAnswer(rec.Outcome.Data)
+		if rec.Hash != hash {
+			d := &Divergence{Key: key.String(), Recorded: rec.Hash.String(), Current: hash.String(),
+				Detail: "the current machine asks another request here: replay would stop with a nondeterminism error"}
+			if err == nil && a.Request != "" {
+				d.Diff = lineDiff(a.Request, current)
+			}
+			v.Verdict, v.Divergence = "diverged", d
+			return nil, false
+		}
+		if err != nil {
+			v.Verdict, v.Note = "unverifiable", err.Error()
+			return nil, false
+		}
+		v.Replayed++
+		return a, true
+	}
+	for {
+		switch e := mach.Next().(type) {
+		case *turn.Progress, *turn.Emit:
+		case *turn.Done:
+			if d := compareOutcome(&committed.Outcome, &e.Outcome); d != "" {
+				v.Verdict = "diverged"
+				v.Divergence = &Divergence{Key: turnID, Detail: "the replayed outcome differs from the committed one: " + d}
+			}
+			return v, nil
+		case *turn.ToolCalls:
+			results := make([]turn.ToolResult, len(e.Calls))
+			for k, pc := range e.Calls {
+				a, ok := answer(pc.Key, pc.Hash, renderCall(pc))
+				if !ok {
+					return v, nil
+				}
+				if a.Result == nil {
+					v.Verdict, v.Note = "unverifiable", fmt.Sprintf("%s holds no tool result", pc.Key)
+					return v, nil
+				}
+				results[k] = *a.Result
+			}
+			if err := mach.Deliver(turn.ToolResults{ID: e.H.ID, Results: results}); err != nil {
+				return v, err
+			}
+		default:
+			h := e.Head()
+			a, ok := answer(h.Key, h.Hash, renderRequest(e))
+			if !ok {
+				return v, nil
+			}
+			r, err := a.result(e.Kind(), h.ID)
+			if err != nil {
+				return v, err
+			}
+			if err := mach.Deliver(r); err != nil {
+				return v, err
+			}
+		}
+	}
+}
+
+// compareOutcome says how two outcomes differ, or "".
+func compareOutcome(want, got *turn.Outcome) string {
+	switch {
+	case want.Status != got.Status || want.Termination != got.Termination:
+		return fmt.Sprintf("it ends %s (%s) instead of %s (%s)", got.Status, got.Termination, want.Status, want.Termination)
+	case len(want.Messages) != len(got.Messages):
+		return fmt.Sprintf("%d messages instead of %d", len(got.Messages), len(want.Messages))
+	}
+	for k := range want.Messages {
+		if !reflect.DeepEqual(want.Messages[k], got.Messages[k]) {
+			return fmt.Sprintf("message %d differs:\n%s", k, lineDiff(renderMessage(k, want.Messages[k]), renderMessage(k, got.Messages[k])))
+		}
+	}
+	return ""
+}
+
+// renderRequest writes an effect's request as lines an operator can diff.
+// A model request keeps its newest messages in full and an earlier part as
+// a hash, so a record stays small however long the session is.
+func renderRequest(e turn.Effect) string {
+	c, ok := e.(*turn.LLMCall)
+	if !ok {
+		return ""
+	}
+	req := c.Request
+	var b strings.Builder
+	fmt.Fprintf(&b, "model: %s\n", req.Model)
+	s := req.Sampling
+	if s.Temperature != nil || s.TopP != nil || s.MaxTokens != 0 || len(s.Stop) > 0 {
+		fmt.Fprintf(&b, "sampling: temperature=%v top_p=%v max_tokens=%d stop=%q\n", deref(s.Temperature), deref(s.TopP), s.MaxTokens, s.Stop)
+	}
+	for _, t := range req.Tools {
+		fmt.Fprintf(&b, "tool %s: %s\n  schema: %s\n", t.Name, t.Description, t.Schema)
+	}
+	const keep = 32
+	from := 0
+	if len(req.Messages) > keep {
+		from = len(req.Messages) - keep
+		h := sha256.New()
+		for _, m := range req.Messages[:from] {
+			h.Write([]byte(renderMessage(0, m)))
+		}
+		fmt.Fprintf(&b, "messages 0-%d: sha256 %s\n", from-1, hex.EncodeToString(h.Sum(nil))[:16])
+	}
+	for k := from; k < len(req.Messages); k++ {
+		b.WriteString(renderMessage(k, req.Messages[k]))
+	}
+	return b.String()
+}
+
+func deref(f *float64) any {
+	if f == nil {
+		return "-"
+	}
+	return *f
+}
+
+func renderMessage(k int, m turn.Message) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "message %d %s", k, m.Role)
+	if m.Name != "" || m.CallID != "" {
+		fmt.Fprintf(&b, " (%s %s)", m.Name, m.CallID)
+	}
+	if m.Error {
+		b.WriteString(" error")
+	}
+	if m.Pending {
+		b.WriteString(" pending")
+	}
+	fmt.Fprintf(&b, ": %s\n", clipLine(m.Text, 400))
+	for _, c := range m.ToolCalls {
+		fmt.Fprintf(&b, "  call %s %s %s\n", c.ID, c.Name, clipLine(c.Arguments, 400))
+	}
+	return b.String()
+}
+
+// renderCall writes a tool call's request as lines.
+func renderCall(pc turn.PendingCall) string {
+	s := fmt.Sprintf("call %s %s\n  arguments: %s\n", pc.Call.ID, pc.Call.Name, clipLine(pc.Call.Arguments, 2000))
+	if d := pc.Decision; d != nil {
+		s += fmt.Sprintf("  decision %s: %s %q\n", d.ID, d.Mode, clipLine(d.Payload, 400))
+	}
+	return s
+}
+
+func clipLine(s string, n int) string {
+	s = strings.ReplaceAll(s, "\n", `\n`)
+	if len(s) > n {
+		return s[:n] + "..."
+	}
+	return s
+}
+
+// lineDiff is a line diff of a and b: common lines indented, removed ones
+// with "-", added ones with "+". Requests are small, so the plain LCS
+// table is fine.
+func lineDiff(a, b string) string {
+	x, y := strings.SplitAfter(a, "\n"), strings.SplitAfter(b, "\n")
+	if len(x)*len(y) > 4<<20 {
+		return "(too long to diff)"
+	}
+	lcs := make([][]int, len(x)+1)
+	for k := range lcs {
+		lcs[k] = make([]int, len(y)+1)
+	}
+	for k := len(x) - 1; k >= 0; k-- {
+		for l := len(y) - 1; l >= 0; l-- {
+			if x[k] == y[l] {
+				lcs[k][l] = lcs[k+1][l+1] + 1
+			} else {
+				lcs[k][l] = max(lcs[k+1][l], lcs[k][l+1])
+			}
+		}
+	}
+	var out bytes.Buffer
+	line := func(mark, s string) {
+		if s == "" {
+			return
+		}
+		out.WriteString(mark + strings.TrimSuffix(s, "\n") + "\n")
+	}
+	k, l := 0, 0
+	for k < len(x) && l < len(y) {
+		switch {
+		case x[k] == y[l]:
+			line("  ", x[k])
+			k, l = k+1, l+1
+		case lcs[k+1][l] >= lcs[k][l+1]:
+			line("- ", x[k])
+			k++
+		default:
+			line("+ ", y[l])
+			l++
+		}
+	}
+	for ; k < len(x); k++ {
+		line("- ", x[k])
+	}
+	for ; l < len(y); l++ {
+		line("+ ", y[l])
+	}
+	return out.String()
+}
+

@@ -1,0 +1,91 @@
+package lash
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/lash-run/lash/turn"
+)
+
+// Verify replays committed turns through the current machine: the same
+// configuration replays clean; a changed system prompt diverges at the
+// first model call, with the recorded and current requests diffed.
+func TestVerify(t *testing.T) {
+	r := newRig(t)
+	n := r.node("one")
+	if _, err := n.Session("s1").Turn("k1", Input{Text: "weather?"}).Run(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Session("s1").Turn("k2", Input{Text: "again?"}).Run(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	in := NewInspector(n.Streams())
+	cfg := turn.Config{Model: "scripted", System: "You are a weather agent."}
+	rep, err := in.Verify(r.ctx, cfg, "s1", "")
+	if err != nil || !rep.OK() || len(rep.Turns) != 2 {
+		t.Fatalf("verify: %+v, %v", rep, err)
+	}
+	// sync tools, model, three calls, checkpoint, model...; then sync
+	// tools, model, checkpoint.
+	if v := rep.Turns[0]; v.Verdict != "ok" || v.Replayed < 7 {
+		t.Fatalf("turn %+v", v)
+	}
+	if v := rep.Turns[1]; v.Verdict != "ok" || v.Replayed < 2 {
+		t.Fatalf("turn %+v", v)
+	}
+
+	cfg.System = "You are a travel agent."
+	rep, err = in.Verify(r.ctx, cfg, "s1", rep.Turns[1].Turn)
+	if err != nil || rep.OK() || len(rep.Turns) != 1 {
+		t.Fatalf("verify with another prompt: %+v, %v", rep, err)
+	}
+	d := rep.Turns[0].Divergence
+	if !strings.Contains(d.Key, "llm-call") || d.Recorded == d.Current ||
+		!strings.Contains(d.Diff, "- message 0 system: You are a weather agent.") ||
+		!strings.Contains(d.Diff, "+ message 0 system: You are a travel agent.") {
+		t.Fatalf("divergence %+v", d)
+	}
+	if _, err := in.Verify(r.ctx, cfg, "nobody", ""); err == nil {
+		t.Fatal("verify of an unknown session")
+	}
+	if _, err := in.Verify(r.ctx, cfg, "s1", "in-999"); err == nil {
+		t.Fatal("verify of an unknown turn")
+	}
+}
+
+// The journal of a turn crashed once and finished by another node shows
+// which effects the committing run replayed and which it executed.
+func TestInspectorJournal(t *testing.T) {
+	r := newRig(t)
+	crashAt(t, r, "after-record tool call_3")
+	second := r.node("second")
+	res := runUntilFree(t, second.Session("s1"))
+	if len(res) != 1 {
+		t.Fatalf("runs %+v", res)
+	}
+	js, err := NewInspector(second.Streams()).Journal(r.ctx, "s1", res[0].Turn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replayed, executed := 0, 0
+	for _, j := range js {
+		switch {
+		case j.Replayed && j.Recorder == "first":
+			replayed++
+		case j.Executed && j.Recorder == "second":
+			executed++
+		default:
+			t.Errorf("entry %+v", j)
+		}
+		if j.Summary == "" {
+			t.Errorf("entry without a summary %+v", j)
+		}
+	}
+	if replayed != res[0].Replayed || executed != res[0].Executed || replayed == 0 || executed == 0 {
+		t.Fatalf("journal shows %d replayed, %d executed; the run says %d, %d", replayed, executed, res[0].Replayed, res[0].Executed)
+	}
+	turns, err := NewInspector(second.Streams()).Turns(r.ctx, "s1")
+	if err != nil || len(turns) != 1 || !strings.HasPrefix(turns[0].Committer, "second/") || turns[0].Duration <= 0 {
+		t.Fatalf("turns %+v, %v", turns, err)
+	}
+}
