@@ -344,4 +344,3 @@ func lineDiff(a, b string) string {
 	}
 	return out.String()
 }
-
