@@ -1,6 +1,9 @@
 package lash
 
 import (
+	"encoding/binary"
+	"fmt"
+
 	"github.com/lash-run/lash/projector"
 	"github.com/lash-run/lash/streams"
 )
@@ -18,4 +21,24 @@ func OpenProjection(dir string, c *streams.Client) (*projector.Projector, error)
 func CheckInput(data []byte) error {
 	_, err := parseInput(data)
 	return err
+}
+
+// OpenSignalProjection opens the read model of the deployment's signals in
+// dir: the last signal on each subject. Signals that fail CheckSignal are
+// set aside in its quarantine.
+func OpenSignalProjection(dir string, c *streams.Client) (*projector.Projector, error) {
+	return projector.Open(dir, c, projector.Config{Stream: streams.Triggers, Filter: c.Subjects().Signals(),
+		Folds: []projector.Fold{signalFold{}}})
+}
+
+// signalFold keeps the last good signal's sequence per subject.
+type signalFold struct{}
+
+func (signalFold) Name() string { return "signals" }
+
+func (signalFold) Apply(tx *projector.Txn, m *streams.Msg) error {
+	if err := CheckSignal(m.Data); err != nil {
+		return fmt.Errorf("%w: %v", projector.ErrPoison, err)
+	}
+	return tx.Set([]byte("s/"+m.Subject), binary.BigEndian.AppendUint64(nil, m.Seq))
 }
