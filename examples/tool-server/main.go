@@ -105,6 +105,8 @@ func appendEntry(ctx context.Context, l *ledger, delay time.Duration, req natsto
 	if req.IdempotencyKey == "" {
 		return "", fmt.Errorf("no %s header: refusing an append that could not be deduplicated", natstool.HeaderIdempotencyKey)
 	}
+	// A line as the call begins shows a caller that dies mid-call.
+	fmt.Fprintf(stdout, "begin key=%s attempt=%d in_doubt=%t\n", value(req.IdempotencyKey), req.Attempt, req.InDoubt)
 	select {
 	case <-time.After(delay):
 	case <-ctx.Done():

@@ -123,8 +123,11 @@ func TestToolServer(t *testing.T) {
 	}
 
 	wantLines := []string{
+		`begin key=s/t/1/tool-call/2/c1 attempt=1 in_doubt=false`,
 		`invoke key=s/t/1/tool-call/2/c1 attempt=1 in_doubt=false entry="pay rent" applied=true`,
+		`begin key=s/t/1/tool-call/2/c1 attempt=2 in_doubt=true`,
 		`invoke key=s/t/1/tool-call/2/c1 attempt=2 in_doubt=true entry="pay rent" applied=false`,
+		`begin key=s/t/1/tool-call/2/c2 attempt=1 in_doubt=false`,
 		`invoke key=s/t/1/tool-call/2/c2 attempt=1 in_doubt=false entry="pay rent" applied=true`,
 	}
 	// The program prints before it answers, but this test reads its stdout
