@@ -15,8 +15,8 @@ type Logging struct {
 
 // Register defines the logging flags on fs.
 func (l *Logging) Register(fs *flag.FlagSet) {
-	fs.StringVar(&l.Format, "log-format", "text", "log format: text or json")
-	fs.StringVar(&l.Level, "log-level", "info", "least severe level logged: debug, info, warn or error")
+	fs.StringVar(&l.Format, "log-format", "text", "log `format`: text or json")
+	fs.StringVar(&l.Level, "log-level", "info", "least severe `level` logged: debug, info, warn or error")
 }
 
 // Validate checks the settings.

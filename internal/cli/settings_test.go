@@ -215,6 +215,7 @@ func TestUsage(t *testing.T) {
 		"Other settings:\n",
 		"  --n int  (env T_N; default 1)\n",
 		"  --config file  (env T_CONFIG)\n",
+		"  --a-flag string  (env T_A_FLAG; default \"default-a\")\n",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("help lacks %q:\n%s", want, text)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"strconv"
 	"strings"
 )
 
@@ -54,6 +55,9 @@ func writeFlag(w io.Writer, f *flag.Flag, envPrefix string, aliases []string) {
 	env := append([]string{EnvName(envPrefix, f.Name)}, aliases...)
 	notes := "env " + strings.Join(env, " or ")
 	if def := f.DefValue; def != "" && !isZeroFlag(f) {
+		if fmt.Sprintf("%T", f.Value) == "*flag.stringValue" {
+			def = strconv.Quote(def)
+		}
 		notes += "; default " + def
 	}
 	fmt.Fprintf(w, "%s  (%s)\n", head, notes)

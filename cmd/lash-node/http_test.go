@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lash-run/lash"
+	"github.com/lash-run/lash/provider/scripted"
+	"github.com/lash-run/lash/streams"
+	"github.com/lash-run/lash/testenv"
+)
+
+// /healthz says 200 while the node is connected and its projection folds
+// the stream, and 503 with the reason otherwise.
+func TestHealth(t *testing.T) {
+	defer func(d time.Duration) { healthWait = d }(healthWait)
+	healthWait = 200 * time.Millisecond
+	srv := testenv.RunJetStream(t)
+	nc := srv.Conn(t)
+	ctx := context.Background()
+	node, err := lash.Open(ctx, lash.WithConn(nc), lash.WithProjection(t.TempDir()),
+		lash.WithModel(scripted.NewModel(scripted.MustParse(okScript))),
+		lash.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &health{nc: nc, node: node}
+	m := newMetrics()
+	srvHTTP, addr, err := serveHTTP("127.0.0.1:0", h, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srvHTTP.Close()
+	base := "http://" + addr.String()
+	expect := func(code int, body string) {
+		t.Helper()
+		got, text := get(t, base+"/healthz")
+		if got != code || !strings.Contains(text, body) {
+			t.Errorf("/healthz: %d %q, want %d %q", got, text, code, body)
+		}
+	}
+	if _, _, err := node.Session("s1").Send(ctx, "k1", lash.Input{Text: "hi"}); err != nil {
+		t.Fatal(err)
+	}
+	expect(200, "ok")
+	h.draining.Store(true)
+	expect(503, "draining")
+	h.draining.Store(false)
+
+	// Once the projection stops, a message it does not fold shows.
+	if err := node.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	subj, _ := node.Streams().Subjects().SessionInputs("s2")
+	if _, _, err := node.Streams().Publish(ctx, streams.Publication{Subject: subj, Data: []byte(`{"text":"hi"}`), MsgID: "x"}); err != nil {
+		t.Fatal(err)
+	}
+	expect(503, "projection is not running: it folded through 1, the stream holds 2")
+	nc.Close()
+	expect(503, "not connected to NATS (CLOSED)")
+
+	if got, _ := get(t, base+"/metrics"); got != 200 {
+		t.Errorf("/metrics: %d", got)
+	}
+	if got, _ := get(t, base+"/nothing"); got != 404 {
+		t.Errorf("/nothing: %d", got)
+	}
+}
+
+// The node's events feed the metrics.
+func TestMetricsFromEvents(t *testing.T) {
+	m := newMetrics()
+	for _, ev := range []lash.Event{
+		{Kind: lash.EventLeaseClaimed}, {Kind: lash.EventEffectExecuted, Effect: "llm-call", Took: 30 * time.Millisecond},
+		{Kind: lash.EventEffectReplayed, Effect: "tool-calls"}, {Kind: lash.EventTurnCommitted, Took: time.Second},
+		{Kind: lash.EventTurnFailed, Err: errors.New("x")}, {Kind: lash.EventLeaseBusy}, {Kind: lash.EventLeaseLost},
+		{Kind: lash.EventCommitConflict}, {Kind: lash.EventWake}, {Kind: lash.EventWake, Err: errors.New("bad signal")},
+	} {
+		m.observe(ev)
+	}
+	m.request("submit", 413, time.Millisecond)
+	body := scrape(t, m)
+	for series, want := range map[string]float64{
+		"lash_lease_claims_total": 1, `lash_effects_executed_total{kind="llm-call"}`: 1,
+		`lash_effects_replayed_total{kind="tool-calls"}`: 1, "lash_turns_committed_total": 1, "lash_turns_failed_total": 1,
+		"lash_lease_busy_total": 1, "lash_lease_losses_total": 1, "lash_commit_conflicts_total": 1, "lash_wakes_total": 1,
+		"lash_signals_refused_total": 1, `lash_api_requests_total{code="413",endpoint="submit"}`: 1,
+		`lash_effect_duration_seconds_count{kind="llm-call"}`: 1, "lash_turn_duration_seconds_sum": 1,
+	} {
+		if got, ok := metricValue(body, series); !ok || got != want {
+			t.Errorf("%s = %v (found %v), want %v", series, got, ok, want)
+		}
+	}
+}
+
+// scrape reads /metrics over HTTP.
+func scrape(t *testing.T, m *metrics) string {
+	t.Helper()
+	srv, addr, err := serveHTTP("127.0.0.1:0", &health{}, m, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	resp, err := http.Get("http://" + addr.String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

@@ -1,0 +1,49 @@
+// Command lash-node runs a lash node: it takes session inputs from NATS
+// JetStream and runs their turns durably, serves the node API, health and
+// metrics; `lash-node demo` walks through a crash and its replay. Run
+// `lash-node --help` for its settings.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"regexp"
+	"runtime/debug"
+	"syscall"
+)
+
+// version is the node's version, set at build time with
+// -ldflags "-X main.version=1.2.3"; a module build reports its own.
+var version = ""
+
+var semver = regexp.MustCompile(`^v?(\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?)(?:\+[0-9A-Za-z.-]+)?$`)
+
+// nodeVersion is version as SemVer, as the node API needs it.
+func nodeVersion() string {
+	v := version
+	if v == "" {
+		if bi, ok := debug.ReadBuildInfo(); ok {
+			v = bi.Main.Version
+		}
+	}
+	if m := semver.FindStringSubmatch(v); m != nil {
+		return m[1]
+	}
+	return "0.0.0-dev"
+}
+
+func main() {
+	ctx, drain := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		<-sigs
+		drain() // the first signal drains
+		s := <-sigs
+		fmt.Fprintf(os.Stderr, "lash-node: %s again: exiting at once\n", s)
+		os.Exit(1)
+	}()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}

@@ -1,0 +1,213 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"github.com/lash-run/lash"
+	"github.com/lash-run/lash/internal/cli"
+	"github.com/lash-run/lash/provider/openai"
+	"github.com/lash-run/lash/provider/scripted"
+)
+
+// envPrefix starts the environment name of every setting.
+const envPrefix = "LASH_"
+
+// apiKeyEnv holds the key of an OpenAI-compatible API. It is read from the
+// environment only, so it shows in no process list.
+const apiKeyEnv = "OPENAI_API_KEY"
+
+// settings are lash-node's settings, from flags, environment and file.
+type settings struct {
+	config  string
+	conn    cli.Conn
+	machine cli.Machine
+	logging cli.Logging
+
+	data   string
+	listen string
+
+	script       string
+	baseURL      string
+	modelTimeout time.Duration
+
+	nodeID       string
+	concurrency  int
+	leaseTTL     time.Duration
+	toolTimeout  time.Duration
+	toolRefresh  time.Duration
+	drainTimeout time.Duration
+	http         string
+
+	// Read by check: the provider the settings ask for.
+	model lash.Model
+}
+
+func newFlagSet(s *settings) *flag.FlagSet {
+	fs := flag.NewFlagSet("lash-node", flag.ContinueOnError)
+	fs.StringVar(&s.config, "config", "", "settings `file`: one \"name = value\" per line, names as the flags are spelled, # starts a comment")
+	s.conn.Register(fs, "`URL` of the NATS servers to join (comma-separated); empty: start the embedded server")
+	fs.StringVar(&s.data, "data", "lash-data", "`directory` for the embedded server's JetStream files and the node's session projection (a cache, rebuilt from the streams when deleted)")
+	fs.StringVar(&s.listen, "listen", "127.0.0.1:4222", "client `address` of the embedded server, for the nats CLI and other nodes; port 0 picks a free one")
+	s.machine.Register(fs)
+	fs.StringVar(&s.script, "script", "", "scripted model: a script `file` (format: provider/scripted), for offline runs")
+	fs.StringVar(&s.baseURL, "base-url", "", "OpenAI-compatible API `URL`, with the /v1 path (default with --model: "+openai.DefaultBaseURL+"); the key is read from "+apiKeyEnv)
+	fs.DurationVar(&s.modelTimeout, "model-timeout", 5*time.Minute, "bound on one model call (0: none)")
+	fs.StringVar(&s.nodeID, "node-id", "", "the node's `name` in leases, logs and the node API (default: a fresh id each start)")
+	fs.IntVar(&s.concurrency, "concurrency", 16, "`sessions` this node runs at once")
+	fs.DurationVar(&s.leaseTTL, "lease-ttl", 15*time.Second, "how long a session lease outlives its last renewal (whole seconds): how soon another node takes over the sessions of a node that vanished")
+	fs.DurationVar(&s.toolTimeout, "tool-timeout", time.Minute, "default bound on one tool call")
+	fs.DurationVar(&s.toolRefresh, "tool-refresh", 10*time.Second, "how often tools served over NATS (<prefix>.tool.<name>) are discovered again (0: only at start)")
+	fs.DurationVar(&s.drainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM or SIGINT, how long running turns may finish before they are stopped (and finished later by replay)")
+	fs.StringVar(&s.http, "http", "127.0.0.1:9464", "`address` serving /healthz and /metrics; off: none")
+	s.logging.Register(fs)
+	return fs
+}
+
+// aliases are the extra environment names settings read.
+func (s *settings) aliases() map[string][]string { return s.conn.Aliases() }
+
+var sections = []cli.Section{
+	{Title: "Settings file", Names: []string{"config"}},
+	{Title: "NATS (default: an embedded server)", Names: []string{"nats", "creds", "user", "password", "tls-cert", "tls-key", "tls-ca", "prefix", "replicas"}},
+	{Title: "Local data and the embedded server", Names: []string{"data", "listen"}},
+	{Title: "Model provider (give --script, or --model for an OpenAI-compatible API)", Names: []string{"script", "model", "base-url", "model-timeout"}},
+	{Title: "Turns (every node of a deployment must agree)", Names: []string{"system", "max-iterations", "token-budget", "max-tool-failures", "decision-wait"}},
+	{Title: "Node", Names: []string{"node-id", "concurrency", "lease-ttl", "tool-timeout", "tool-refresh", "drain-timeout"}},
+	{Title: "Operations", Names: []string{"http", "log-format", "log-level"}},
+}
+
+const helpHead = `Usage: lash-node [settings]
+       lash-node demo
+
+lash-node runs a lash node: it takes session inputs from NATS JetStream and
+runs their turns with a model and tools, durably; any number of nodes share
+a deployment. With no --nats it starts an embedded NATS server with
+JetStream (fsync before acknowledgement) listening on --listen, keeping its
+files under --data. Every node serves the node API (a NATS micro service
+named "lash", endpoints <prefix>.api.submit, status, decide, cancel and
+info), /healthz and /metrics on --http, and offers the built-in tools
+(sleep, wait_for_approval, wait_for_signal) and every tool served over NATS
+under <prefix>.tool.<name>. SIGTERM or SIGINT drains the node and exits 0;
+a second signal exits at once with status 1.
+
+lash-node demo runs a durable turn on an embedded server in a temporary
+directory: its worker dies in the middle, a second worker finishes it by
+replay. It needs no settings and no network.
+
+Every setting is a flag, an environment variable, or a "name = value" line
+in the --config file; a flag beats the environment, which beats the file.
+The key of an OpenAI-compatible API is read from ` + apiKeyEnv + `.
+An invalid setting prints one line and exits with status 2.
+
+`
+
+func printHelp(w io.Writer, fs *flag.FlagSet, s *settings) {
+	fmt.Fprint(w, helpHead)
+	cli.Usage(w, fs, envPrefix, s.aliases(), sections)
+}
+
+// parseSettings reads the settings; its errors wrap cli.ErrUsage (and
+// flag.ErrHelp for --help).
+func parseSettings(args []string) (*settings, *flag.FlagSet, error) {
+	s := &settings{}
+	fs := newFlagSet(s)
+	rest, err := cli.Parse(fs, args, envPrefix, s.aliases())
+	if err != nil {
+		return s, fs, err
+	}
+	if len(rest) > 0 {
+		return s, fs, fmt.Errorf("%w: unexpected argument %q (the only command is demo, given first)", cli.ErrUsage, rest[0])
+	}
+	return s, fs, s.check()
+}
+
+// check validates the settings and reads the model provider they name.
+func (s *settings) check() error {
+	if err := s.conn.Validate(); err != nil {
+		return err
+	}
+	if err := s.logging.Validate(); err != nil {
+		return err
+	}
+	if err := s.checkModel(); err != nil {
+		return err
+	}
+	if err := s.machine.Validate(); err != nil {
+		return err
+	}
+	usage := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{cli.ErrUsage}, args...)...)
+	}
+	switch {
+	case s.data == "":
+		return usage("--data cannot be empty")
+	case s.concurrency < 1:
+		return usage("--concurrency must be at least 1")
+	case s.leaseTTL < time.Second || s.leaseTTL%time.Second != 0:
+		return usage("--lease-ttl must be whole seconds, at least 1s, not %s", s.leaseTTL)
+	case s.toolTimeout <= 0:
+		return usage("--tool-timeout must be positive")
+	case s.toolRefresh < 0 || s.drainTimeout < 0 || s.modelTimeout < 0:
+		return usage("--tool-refresh, --drain-timeout and --model-timeout cannot be negative")
+	}
+	if s.conn.URL == "" {
+		if _, _, err := net.SplitHostPort(s.listen); err != nil {
+			return usage("--listen %q: want host:port", s.listen)
+		}
+	}
+	if s.http != "off" {
+		if _, _, err := net.SplitHostPort(s.http); err != nil {
+			return usage("--http %q: want host:port or off", s.http)
+		}
+	}
+	return nil
+}
+
+// errNoModel says what to give when no provider is named.
+var errNoModel = fmt.Errorf("%w: no model provider: give --script FILE for a scripted model, or --model NAME (with --base-url URL and %s) for an OpenAI-compatible API", cli.ErrUsage, apiKeyEnv)
+
+func (s *settings) checkModel() error {
+	switch {
+	case s.script != "" && s.baseURL != "":
+		return fmt.Errorf("%w: give --script or --base-url, not both", cli.ErrUsage)
+	case s.script != "":
+		text, err := os.ReadFile(s.script)
+		if err != nil {
+			return fmt.Errorf("%w: --script: %v", cli.ErrUsage, err)
+		}
+		script, err := scripted.Parse(string(text))
+		if err != nil {
+			return fmt.Errorf("%w: --script %s: %v", cli.ErrUsage, s.script, err)
+		}
+		if s.machine.ModelName == "" {
+			s.machine.ModelName = "scripted"
+		}
+		s.model = scripted.NewModel(script)
+	case s.baseURL == "" && s.machine.ModelName == "":
+		return errNoModel
+	case s.machine.ModelName == "":
+		return fmt.Errorf("%w: --base-url needs --model NAME", cli.ErrUsage)
+	default:
+		c, err := openai.New(openai.Config{BaseURL: s.baseURL, APIKey: os.Getenv(apiKeyEnv), Model: s.machine.ModelName, Timeout: s.modelTimeout})
+		if err != nil {
+			return fmt.Errorf("%w: %v", cli.ErrUsage, err)
+		}
+		s.model = c
+	}
+	return nil
+}
+
+// usageLine is how an invalid setting is reported: one line.
+func usageLine(err error) string {
+	msg := err.Error()
+	if errors.Is(err, cli.ErrUsage) {
+		msg = fmt.Sprintf("%v (lash-node --help lists the settings)", err)
+	}
+	return "lash-node: " + msg
+}

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/lash-run/lash/tools"
+	"github.com/lash-run/lash/tools/builtin"
+	"github.com/lash-run/lash/tools/natstool"
+	"github.com/lash-run/lash/turn"
+	"github.com/nats-io/nats.go"
+)
+
+// toolSet keeps a node's registry: the built-in tools, and the tools served
+// over NATS as discovery finds them.
+type toolSet struct {
+	reg    *tools.Registry
+	nc     *nats.Conn
+	prefix string
+	log    *slog.Logger
+	// problem is called for each endpoint discovery leaves out.
+	problem func()
+
+	mu      sync.Mutex
+	builtin map[string]bool
+	remote  map[string]turn.ToolSpec
+	// known holds the problems logged already, so a bad endpoint is
+	// logged when it appears, not at every refresh.
+	known map[string]bool
+}
+
+func newToolSet(nc *nats.Conn, prefix string, log *slog.Logger, problem func()) (*toolSet, error) {
+	t := &toolSet{reg: tools.New(), nc: nc, prefix: prefix, log: log, problem: problem,
+		builtin: map[string]bool{}, remote: map[string]turn.ToolSpec{}, known: map[string]bool{}}
+	if err := builtin.Register(t.reg, prefix, time.Now); err != nil {
+		return nil, err
+	}
+	for _, spec := range t.reg.Specs() {
+		t.builtin[spec.Name] = true
+	}
+	return t, nil
+}
+
+// sync discovers the tools served over NATS and brings the registry in
+// line: new tools are registered, changed ones replaced, vanished ones
+// removed. Endpoints discovery leaves out are logged once each. A failed
+// discovery (no answer at all, the connection down) changes nothing.
+func (t *toolSet) sync(ctx context.Context) error {
+	found, err := natstool.Discover(ctx, t.nc, t.prefix)
+	if err != nil && !errors.Is(err, natstool.ErrMalformed) && !errors.Is(err, natstool.ErrConflict) {
+		return fmt.Errorf("tool discovery: %w", err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	problems := map[string]bool{}
+	if err != nil {
+		errs := []error{err}
+		if j, ok := err.(interface{ Unwrap() []error }); ok {
+			errs = j.Unwrap()
+		}
+		for _, e := range errs {
+			problems[e.Error()] = true
+		}
+	}
+	seen := map[string]bool{}
+	for _, tool := range found {
+		spec := tool.Spec()
+		if t.builtin[spec.Name] {
+			problems[fmt.Sprintf("tool %q served over NATS is left out: a built-in tool has its name", spec.Name)] = true
+			continue
+		}
+		seen[spec.Name] = true
+		old, ok := t.remote[spec.Name]
+		if ok && old == spec {
+			continue
+		}
+		if ok {
+			t.reg.Remove(spec.Name)
+			delete(t.remote, spec.Name)
+		}
+		if err := t.reg.Register(tool); err != nil {
+			problems[err.Error()] = true
+			continue
+		}
+		t.remote[spec.Name] = spec
+		if ok {
+			t.log.Info("tool changed", "tool", spec.Name)
+		} else {
+			t.log.Info("tool found", "tool", spec.Name, "subject", natstool.Subject(t.prefix, spec.Name))
+		}
+	}
+	for name := range t.remote {
+		if !seen[name] {
+			t.reg.Remove(name)
+			delete(t.remote, name)
+			t.log.Info("tool gone", "tool", name)
+		}
+	}
+	for p := range problems {
+		if !t.known[p] {
+			t.log.Warn("tool endpoint left out", "problem", p)
+			if t.problem != nil {
+				t.problem()
+			}
+		}
+	}
+	t.known = problems
+	return nil
+}
+
+// refresh syncs every interval until ctx ends.
+func (t *toolSet) refresh(ctx context.Context, every time.Duration) {
+	if every <= 0 {
+		return
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if err := t.sync(ctx); err != nil && ctx.Err() == nil {
+				t.log.Warn("tools served over NATS not refreshed", "err", err)
+			}
+		}
+	}
+}
+
+// count is how many tools the registry holds.
+func (t *toolSet) count() int { return t.reg.Len() }

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/lash-run/lash/testenv"
+	"github.com/lash-run/lash/tools/natstool"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// serveTool serves a tool on its own connection and returns what stops
+// it; both return once the server knows.
+func serveTool(t *testing.T, srv *testenv.Server, service, name, description string) (stop func()) {
+	t.Helper()
+	nc := srv.Conn(t)
+	svc, err := natstool.Serve(nc, "", micro.Config{Name: service, Version: "1.0.0"}, natstool.Served{
+		Name: name, Description: description, Schema: []byte(`{"type":"object"}`),
+		Handle: func(context.Context, natstool.Request) (string, error) { return "ok", nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Stop() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := svc.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func names(ts *toolSet) []string {
+	var out []string
+	for _, s := range ts.reg.Specs() {
+		out = append(out, s.Name)
+	}
+	return out
+}
+
+// Discovery keeps the registry in step with the tools served over NATS:
+// new ones are added, changed ones replaced, vanished ones removed; bad
+// endpoints and names of built-in tools are left out and logged once.
+func TestToolSync(t *testing.T) {
+	srv := testenv.RunJetStream(t)
+	ctx := context.Background()
+	logs := &lockedBuffer{}
+	problems := 0
+	ts, err := newToolSet(srv.Conn(t), "lash", slog.New(slog.NewTextHandler(logs, nil)), func() { problems++ })
+	if err != nil {
+		t.Fatal(err)
+	}
+	builtins := []string{"sleep", "wait_for_approval", "wait_for_signal"}
+	if got := names(ts); !slices.Equal(got, builtins) {
+		t.Fatalf("built-in tools %q", got)
+	}
+
+	ledger := serveTool(t, srv, "ledger", "ledger_append", "append to the ledger")
+	serveTool(t, srv, "impostor", "sleep", "not the real sleep")
+	// An endpoint under the tool prefix without the contract's metadata.
+	bnc := srv.Conn(t)
+	broken, err := micro.AddService(bnc, micro.Config{Name: "broken", Version: "1.0.0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer broken.Stop()
+	if err := broken.AddEndpoint("broken", micro.HandlerFunc(func(r micro.Request) { r.Respond(nil) }),
+		micro.WithEndpointSubject("lash.tool.broken")); err != nil {
+		t.Fatal(err)
+	}
+	if err := bnc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	for range 2 {
+		if err := ts.sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := names(ts); !slices.Equal(got, []string{"ledger_append", "sleep", "wait_for_approval", "wait_for_signal"}) {
+			t.Fatalf("tools %q", got)
+		}
+		if problems != 2 {
+			t.Errorf("%d problems counted, want 2 (the broken endpoint and the impostor), once each", problems)
+		}
+	}
+	if tool, _ := ts.reg.Get("sleep"); strings.Contains(tool.Spec().Description, "not the real") {
+		t.Error("a tool served over NATS replaced a built-in one")
+	}
+
+	// The same name with another description replaces the tool.
+	ledger()
+	serveTool(t, srv, "ledger", "ledger_append", "append an entry to the ledger")
+	if err := ts.sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if tool, ok := ts.reg.Get("ledger_append"); !ok || tool.Spec().Description != "append an entry to the ledger" {
+		t.Errorf("changed tool not replaced")
+	}
+	if !strings.Contains(logs.String(), "msg=\"tool changed\" tool=ledger_append") {
+		t.Errorf("logs:\n%s", logs)
+	}
+
+	// Problems gone and then back are logged again.
+	if err := broken.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := bnc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ts.sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if problems != 2 {
+		t.Errorf("%d problems counted", problems)
+	}
+	if n := strings.Count(logs.String(), "tool endpoint left out"); n != 2 {
+		t.Errorf("%d problems logged, want 2:\n%s", n, logs)
+	}
+}
+
+// A tool whose service stops is removed at the next sync.
+func TestToolSyncRemoves(t *testing.T) {
+	srv := testenv.RunJetStream(t)
+	ctx := context.Background()
+	logs := &lockedBuffer{}
+	ts, err := newToolSet(srv.Conn(t), "lash", slog.New(slog.NewTextHandler(logs, nil)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := serveTool(t, srv, "ledger", "ledger_append", "append to the ledger")
+	// A service of our own answers too, so discovery does not wait for
+	// its deadline once the ledger is gone.
+	serveTool(t, srv, "other", "other_tool", "another tool")
+	if err := ts.sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ts.count() != 5 {
+		t.Fatalf("tools %q", names(ts))
+	}
+	svc()
+	if err := ts.sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(ts); slices.Contains(got, "ledger_append") || !slices.Contains(got, "other_tool") {
+		t.Errorf("tools %q", got)
+	}
+	if !strings.Contains(logs.String(), "msg=\"tool gone\" tool=ledger_append") {
+		t.Errorf("logs:\n%s", logs)
+	}
+}
