@@ -1,0 +1,264 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/lash-run/lash/internal/cli"
+	"github.com/lash-run/lash/streams"
+	"github.com/nats-io/nats.go"
+)
+
+// defaultURL is where a lash-node with default settings listens: its
+// embedded server, on loopback.
+const defaultURL = "nats://127.0.0.1:4222"
+
+// envPrefix is lash-node's: one environment configures both commands.
+const envPrefix = "LASH_"
+
+// command is one lash-admin command.
+type command struct {
+	name     string // "sessions show"
+	args     string // its positional arguments, as usage shows them
+	summary  string // one line for the command list
+	doc      string // what -h says after the usage line
+	min, max int    // how many positional arguments it takes
+	// flags defines the command's own flags: they come from the command
+	// line only, never from the environment or the config file.
+	flags func(a *app, fs *flag.FlagSet)
+	// settings defines settings beyond the global ones; like those, they
+	// also come from the environment and the config file.
+	settings func(a *app, fs *flag.FlagSet)
+	run      func(a *app, args []string) error
+}
+
+// commands lists the commands in the order help shows them.
+func commands() []*command {
+	return []*command{sessionsLsCmd, sessionsShowCmd, transcriptCmd, turnsCmd, effectsCmd,
+		leasesLsCmd, nodesLsCmd, streamsCmd, quarantineLsCmd,
+		sendCmd, decideCmd, cancelCmd, signalCmd, rebuildCmd, verifyCmd}
+}
+
+// app is one run of lash-admin.
+type app struct {
+	ctx    context.Context
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+	// errTTY is set when stderr is a terminal: progress redraws in place.
+	errTTY bool
+
+	cmd *command
+	// Settings.
+	conn     cli.Conn
+	cacheDir string
+	config   string
+	machine  cli.Machine
+	script   string // lash-node's --script, for verify's model name
+	leaseTTL time.Duration
+	// Command flags.
+	json               bool
+	key, payload, mode string
+
+	nc     *nats.Conn
+	client *streams.Client
+	cache  *cache
+}
+
+// errHelp ends a run that printed help.
+var errHelp = errors.New("help")
+
+// usageError is invalid usage: printed in a line, exit status 2.
+type usageError struct {
+	cmd string // the command, or "" before one is known
+	msg string
+}
+
+func (e *usageError) Error() string {
+	see := "lash-admin --help"
+	if e.cmd != "" {
+		see = "lash-admin " + e.cmd + " -h"
+	}
+	return e.msg + " (see " + see + ")"
+}
+
+func (a *app) usagef(format string, args ...any) error {
+	name := ""
+	if a.cmd != nil {
+		name = a.cmd.name
+	}
+	return &usageError{cmd: name, msg: fmt.Sprintf(format, args...)}
+}
+
+// Run runs lash-admin with args (without the program name) and returns its
+// exit status.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{ctx: ctx, stdin: stdin, stdout: stdout, stderr: stderr}
+	if f, ok := stderr.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			a.errTTY = true
+		}
+	}
+	err := a.main(args)
+	if cerr := a.close(); err == nil {
+		err = cerr
+	}
+	var ue *usageError
+	switch {
+	case err == nil, errors.Is(err, errHelp):
+		return 0
+	case errors.As(err, &ue), errors.Is(err, cli.ErrUsage):
+		fmt.Fprintln(stderr, "lash-admin: "+oneLine(err.Error()))
+		return 2
+	case ctx.Err() != nil:
+		fmt.Fprintln(stderr, "lash-admin: interrupted")
+		return 1
+	}
+	fmt.Fprintln(stderr, "lash-admin: "+oneLine(err.Error()))
+	return 1
+}
+
+// oneLine keeps an error on one line.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+func (a *app) main(args []string) error {
+	// Global flags may come before the command.
+	probe := a.settingsFlags(nil)
+	probe.BoolVar(new(bool), "json", false, "")
+	i := 0
+	for i < len(args) {
+		arg := args[i]
+		if arg == "--" || !isFlag(arg) {
+			break
+		}
+		name, _, hasValue := splitFlag(arg)
+		if name == "h" || name == "help" {
+			a.usage(a.stdout)
+			return errHelp
+		}
+		f := probe.Lookup(name)
+		if f == nil {
+			return a.usagef("unknown flag %s before the command", arg)
+		}
+		if !isBool(f) && !hasValue {
+			i++
+		}
+		i++
+	}
+	if i < len(args) && args[i] == "--" {
+		return a.usagef("no command before --")
+	}
+	if i >= len(args) {
+		return a.usagef("no command")
+	}
+	if args[i] == "help" {
+		return a.help(args[i+1:])
+	}
+	cmd, n := lookup(args[i:])
+	if cmd == nil {
+		if subs := subcommands(args[i]); len(subs) > 0 {
+			what := "give a subcommand:"
+			if len(args) > i+1 {
+				what = fmt.Sprintf("unknown subcommand %q; give", args[i+1])
+			}
+			return a.usagef("%s: %s %s", args[i], what, strings.Join(subs, " or "))
+		}
+		return a.usagef("unknown command %q", args[i])
+	}
+	a.cmd = cmd
+	rest := append(append([]string(nil), args[:i]...), args[i+n:]...)
+	pos, err := a.parse(rest)
+	if err != nil {
+		return err
+	}
+	if len(pos) < cmd.min || cmd.max >= 0 && len(pos) > cmd.max {
+		if cmd.args == "" {
+			return a.usagef("%s takes no arguments, got %q", cmd.name, strings.Join(pos, " "))
+		}
+		got := "no arguments"
+		if len(pos) > 0 {
+			got = fmt.Sprintf("%q", pos)
+		}
+		return a.usagef("%s: want %s, got %s", cmd.name, cmd.args, got)
+	}
+	if strings.HasPrefix(cmd.args, "ID") && pos[0] == "" {
+		return a.usagef("the session id is empty")
+	}
+	if err := a.conn.Validate(); err != nil {
+		return err
+	}
+	if err := a.connect(); err != nil {
+		return err
+	}
+	return cmd.run(a, pos)
+}
+
+// lookup finds the command args start with and how many words name it.
+func lookup(args []string) (*command, int) {
+	for _, c := range commands() {
+		words := strings.Fields(c.name)
+		if len(args) >= len(words) && strings.Join(args[:len(words)], " ") == c.name {
+			return c, len(words)
+		}
+	}
+	return nil, 0
+}
+
+// subcommands lists the subcommands of a command group such as "sessions".
+func subcommands(group string) []string {
+	var out []string
+	for _, c := range commands() {
+		if g, sub, ok := strings.Cut(c.name, " "); ok && g == group {
+			out = append(out, sub)
+		}
+	}
+	return out
+}
+
+// connect dials NATS and opens the deployment.
+func (a *app) connect() error {
+	url := a.conn.URL
+	if url == "" {
+		url = defaultURL
+	}
+	nc, err := a.conn.Connect("lash-admin", url)
+	if err != nil {
+		return err
+	}
+	a.nc = nc
+	c, err := streams.Open(a.ctx, nc, a.conn.Streams())
+	var se *streams.SchemaError
+	if errors.As(err, &se) && se.Field == "replicas" {
+		return fmt.Errorf("%w (set --replicas or %sREPLICAS to the deployment's)", err, envPrefix)
+	}
+	if err != nil {
+		return err
+	}
+	a.client = c
+	return nil
+}
+
+func (a *app) close() error {
+	var err error
+	if a.cache != nil {
+		err = a.cache.close()
+	}
+	if a.nc != nil {
+		a.nc.Close()
+	}
+	return err
+}
+
+// url is the NATS URL the command connects to.
+func (a *app) url() string {
+	if a.conn.URL == "" {
+		return defaultURL
+	}
+	return a.conn.URL
+}

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/lash-run/lash"
+	"github.com/lash-run/lash/sessionlog"
+	"github.com/oklog/ulid/v2"
+)
+
+func keyFlag(a *app, fs *flag.FlagSet) {
+	fs.StringVar(&a.key, "key", "", "idempotency `key`: sending again with the same key within the dedupe window appends nothing (default: a fresh ULID)")
+}
+
+var sendCmd = &command{
+	name:    "send",
+	args:    "ID TEXT",
+	summary: "append a user message to a session's inputs",
+	doc: `Appends a user message to the session's inputs (<prefix>.sess.<ID>.in); a node runs a
+turn for it. The session need not exist: a first input starts it. TEXT "-" reads the
+message from stdin. Prints the input's sequence, and whether it was a duplicate of an
+earlier append with the same --key.`,
+	min: 2, max: 2,
+	flags: keyFlag,
+	run:   runSend,
+}
+
+var decideCmd = &command{
+	name:    "decide",
+	args:    "ID CALL resume|cancel",
+	summary: "decide a call a session holds suspended",
+	doc: `Appends a decision for a call the session's last turn left suspended (see "lash-admin
+sessions show ID" for the call ids): cancel it, or resume it. --mode says how a call
+resumes: replay (run the call again; the default), use-result (take --payload as the
+call's result; the default when --payload is given) or pass-to-tool (run the call
+with --payload). A call the session does not hold suspended is refused.`,
+	min: 3, max: 3,
+	flags: func(a *app, fs *flag.FlagSet) {
+		keyFlag(a, fs)
+		fs.StringVar(&a.payload, "payload", "", "`payload`: the call's result (use-result) or what the tool is given (pass-to-tool), passed as it is (JSON, usually)")
+		fs.StringVar(&a.mode, "mode", "", "`mode`: how a resumed call goes on: replay, use-result or pass-to-tool")
+	},
+	run: runDecide,
+}
+
+var cancelCmd = &command{
+	name:    "cancel",
+	args:    "ID",
+	summary: "ask a session's running turn to stop",
+	doc: `Appends a cancel input: the session's running turn stops at its next safe boundary
+(a checkpoint or a wait) and its calls are cancelled; with no turn running, the turn
+it starts ends cancelled at once. The session must exist.`,
+	min: 1, max: 1,
+	flags: keyFlag,
+	run:   runCancel,
+}
+
+type appendJSON struct {
+	Session   string `json:"session"`
+	Subject   string `json:"subject"`
+	Seq       uint64 `json:"seq"`
+	Duplicate bool   `json:"duplicate"`
+	Key       string `json:"key"`
+}
+
+// appendInput checks an input as lash.Session.Send does and appends it.
+func (a *app) appendInput(id string, in lash.Input) error {
+	data, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	if err := lash.CheckInput(data); err != nil {
+		return a.usagef("%v", err)
+	}
+	key := a.key
+	if key == "" {
+		key = ulid.Make().String()
+	}
+	subj, err := a.client.Subjects().SessionInputs(id)
+	if err != nil {
+		return err
+	}
+	seq, dup, err := sessionlog.New(a.client).AppendInput(a.ctx, id, key, data)
+	if err != nil {
+		return err
+	}
+	out := appendJSON{Session: id, Subject: subj, Seq: seq, Duplicate: dup, Key: key}
+	return a.emit(out, func(w io.Writer) {
+		if dup {
+			fmt.Fprintf(w, "session %s: input %d was appended before with key %s (duplicate; nothing appended)\n", id, seq, key)
+			return
+		}
+		fmt.Fprintf(w, "session %s: input %d appended (key %s)\n", id, seq, key)
+	})
+}
+
+func runSend(a *app, args []string) error {
+	text := args[1]
+	if text == "-" {
+		b, err := io.ReadAll(io.LimitReader(a.stdin, lash.MaxInputBytes+1))
+		if err != nil {
+			return fmt.Errorf("read stdin: %w", err)
+		}
+		text = string(b)
+	}
+	return a.appendInput(args[0], lash.Input{Text: text})
+}
+
+func runDecide(a *app, args []string) error {
+	id, call, action := args[0], args[1], args[2]
+	d := lash.Decision{CallID: call, Action: action, Mode: a.mode, Payload: a.payload}
+	switch action {
+	case "resume":
+		if d.Mode == "" && d.Payload != "" {
+			d.Mode = "use-result"
+		}
+		if d.Mode == "replay" && d.Payload != "" {
+			return a.usagef("--payload goes with --mode use-result or pass-to-tool, not replay")
+		}
+	case "cancel":
+		if d.Mode != "" || d.Payload != "" {
+			return a.usagef("--mode and --payload go with resume, not cancel")
+		}
+	default:
+		return a.usagef("the decision is resume or cancel, not %q", action)
+	}
+	if call == "" {
+		return a.usagef("give a call id")
+	}
+	// The decision's id is its idempotency key: a retry is the same
+	// decision, which the turn applies once.
+	if a.key == "" {
+		a.key = ulid.Make().String()
+	}
+	d.ID = a.key
+	in := lash.Input{Decisions: []lash.Decision{d}}
+	if data, _ := json.Marshal(in); lash.CheckInput(data) != nil {
+		return a.usagef("%v", lash.CheckInput(data))
+	}
+	// A decision must name a call the session holds suspended, as its last
+	// commit left it; the turn would only pass over another.
+	p, h, err := a.head(id)
+	if err != nil {
+		return err
+	}
+	calls, err := suspended(p, h)
+	if err != nil {
+		return err
+	}
+	var ids []string
+	for _, c := range calls {
+		if c.Call.ID == call {
+			return a.appendInput(id, in)
+		}
+		ids = append(ids, c.Call.ID)
+	}
+	if len(ids) == 0 {
+		return fmt.Errorf("session %s holds no call suspended, so none to decide (not %s)", id, call)
+	}
+	return fmt.Errorf("session %s holds no suspended call %s; its suspended calls are %s", id, call, strings.Join(ids, ", "))
+}
+
+func runCancel(a *app, args []string) error {
+	id := args[0]
+	known, err := a.known(id)
+	if err != nil {
+		return err
+	}
+	if !known {
+		return unknownSession(id)
+	}
+	return a.appendInput(id, lash.Input{Cancel: true})
+}

@@ -1,0 +1,31 @@
+// Command lash-admin is the operator's view of a lash deployment: its
+// sessions, transcripts, turns and journals, leases, live nodes and
+// streams; it appends inputs and signals, and keeps a rebuildable cache
+// of the session projection for its reads.
+//
+// It connects as lash-node does: the same connection flags, the same
+// LASH_ environment and the same --config file, so one environment
+// configures both. Run lash-admin --help for the commands.
+//
+// Exit status: 0 on success, 1 on a runtime error (one line on stderr),
+// 2 on invalid usage (one line on stderr).
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// The first signal cancels the command; the second kills it.
+		<-ctx.Done()
+		stop()
+	}()
+	code := Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"encoding/base64"
+	"io"
+)
+
+var quarantineLsCmd = &command{
+	name:    "quarantine ls",
+	summary: "messages the projection set aside as malformed",
+	doc: `Lists the messages the session projection set aside because it could not fold them
+(an input that is not valid input JSON, a log entry this version cannot read): stream
+sequence, subject, the fold that refused it, why, and the start of its payload. The
+JSON form carries the payload (as stored: at most 64 KiB) in base64.`,
+	run: runQuarantineLs,
+}
+
+type poisonJSON struct {
+	Seq           uint64 `json:"seq"`
+	Subject       string `json:"subject"`
+	Fold          string `json:"fold"`
+	Reason        string `json:"reason"`
+	Preview       string `json:"preview"`
+	PayloadBase64 string `json:"payload_base64"`
+}
+
+type quarantineJSON struct {
+	Quarantine []poisonJSON `json:"quarantine"`
+}
+
+func runQuarantineLs(a *app, _ []string) error {
+	p, err := a.projection()
+	if err != nil {
+		return err
+	}
+	q, err := p.Quarantine()
+	if err != nil {
+		return err
+	}
+	out := quarantineJSON{Quarantine: []poisonJSON{}}
+	for _, m := range q {
+		out.Quarantine = append(out.Quarantine, poisonJSON{Seq: m.Seq, Subject: m.Subject, Fold: m.Fold, Reason: m.Reason,
+			Preview: preview(m.Data, 60), PayloadBase64: base64.StdEncoding.EncodeToString(m.Data)})
+	}
+	return a.emit(out, func(w io.Writer) {
+		row(w, "SEQ", "SUBJECT", "FOLD", "REASON", "PAYLOAD")
+		for _, m := range out.Quarantine {
+			row(w, m.Seq, m.Subject, m.Fold, clip(m.Reason, 80), m.Preview)
+		}
+	})
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/lash-run/lash"
+	"github.com/lash-run/lash/streams"
+)
+
+var turnsCmd = &command{
+	name:    "turns",
+	args:    "ID",
+	summary: "a session's committed turns: status, duration, tokens",
+	doc: `Lists a session's committed turns in commit order, read from its log: the turn id
+("in-<input sequence>"), the revision of its commit, status and termination, how long
+it took from its input to its commit (by the server's clock), tokens (input+output),
+model calls (iterations), messages, calls left suspended, and the node run
+(node/incarnation) that committed it.`,
+	min: 1, max: 1,
+	run: runTurns,
+}
+
+type turnJSON struct {
+	Turn        string          `json:"turn"`
+	Seq         uint64          `json:"seq"`
+	Input       uint64          `json:"input"`
+	Cursor      uint64          `json:"cursor"`
+	Status      string          `json:"status"`
+	Termination terminationJSON `json:"termination"`
+	Usage       usageJSON       `json:"usage"`
+	Iterations  int             `json:"iterations"`
+	Messages    int             `json:"messages"`
+	Suspended   int             `json:"suspended"`
+	Committer   string          `json:"committer"`
+	Started     time.Time       `json:"started,omitzero"`
+	Committed   time.Time       `json:"committed,omitzero"`
+	DurationMS  float64         `json:"duration_ms"`
+}
+
+type turnsJSON struct {
+	Session string     `json:"session"`
+	Turns   []turnJSON `json:"turns"`
+}
+
+// turns lists a session's committed turns; a session with inputs but no
+// log yet has none, one with neither is unknown.
+func (a *app) turns(id string) ([]lash.TurnSummary, error) {
+	ts, err := lash.NewInspector(a.client).Turns(a.ctx, id)
+	if errors.Is(err, lash.ErrUnknownSession) {
+		known, kerr := a.known(id)
+		if kerr != nil {
+			return nil, kerr
+		}
+		if !known {
+			return nil, unknownSession(id)
+		}
+		return nil, nil
+	}
+	return ts, err
+}
+
+// known reports whether the session has a log or inputs.
+func (a *app) known(id string) (bool, error) {
+	ev, err := a.client.Subjects().SessionEvents(id)
+	if err != nil {
+		return false, err
+	}
+	in, err := a.client.Subjects().SessionInputs(id)
+	if err != nil {
+		return false, err
+	}
+	for _, subj := range []string{ev, in} {
+		_, err := a.client.Head(a.ctx, subj)
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, streams.ErrNotFound) {
+			return false, err
+		}
+	}
+	return false, nil
+}
+
+func runTurns(a *app, args []string) error {
+	ts, err := a.turns(args[0])
+	if err != nil {
+		return err
+	}
+	out := turnsJSON{Session: args[0], Turns: []turnJSON{}}
+	for _, t := range ts {
+		out.Turns = append(out.Turns, turnJSON{Turn: t.Turn, Seq: t.Seq, Input: t.Input, Cursor: t.Cursor, Status: t.Status,
+			Termination: terminationOf(t.Termination), Usage: usageOf(t.Usage), Iterations: t.Iterations,
+			Messages: t.Messages, Suspended: t.Suspended, Committer: t.Committer, Started: utc(t.Started),
+			Committed: utc(t.Committed), DurationMS: ms(t.Duration)})
+	}
+	return a.emit(out, func(w io.Writer) {
+		row(w, "TURN", "SEQ", "STATUS", "TERMINATION", "DURATION", "TOKENS", "ITER", "MSGS", "SUSP", "COMMITTER", "COMMITTED")
+		for _, t := range ts {
+			row(w, t.Turn, t.Seq, t.Status, fmtTermination(t.Termination), fmtDuration(t.Duration), fmtUsage(t.Usage),
+				t.Iterations, t.Messages, t.Suspended, t.Committer, fmtTime(t.Committed))
+		}
+	})
+}
+
+// turnID reads a turn argument: a turn id, or the sequence of the input
+// that started it.
+func turnID(arg string) string {
+	if arg == "" {
+		return ""
+	}
+	for _, r := range arg {
+		if r < '0' || r > '9' {
+			return arg
+		}
+	}
+	return fmt.Sprintf("in-%s", arg)
+}

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/lash-run/lash"
+)
+
+var verifyCmd = &command{
+	name:    "verify",
+	args:    "ID [TURN]",
+	summary: "replay a session's turns through this build's machine",
+	doc: `Replays a session's committed turns (or only TURN) through the turn machine as this
+build and the machine settings configure it, feeding each effect its journaled outcome,
+and says per turn OK, DIVERGED or UNVERIFIABLE (its journal is gone). A divergence
+names the effect, the recorded and the current request hashes, and diffs the requests:
+a deploy that would stop replay with a nondeterminism error. Nothing is performed.
+The machine settings are lash-node's: give the same --config file or environment.
+Exits 1 when a turn diverged.`,
+	min: 1, max: 2,
+	settings: func(a *app, fs *flag.FlagSet) {
+		a.machine.Register(fs)
+		fs.StringVar(&a.script, "script", "", "lash-node's scripted model `file`: with no --model, the model name is \"scripted\", as lash-node makes it")
+	},
+	run: runVerify,
+}
+
+type verifyJSON struct {
+	Session string             `json:"session"`
+	OK      bool               `json:"ok"`
+	Turns   []lash.TurnVerdict `json:"turns"`
+}
+
+func runVerify(a *app, args []string) error {
+	if err := a.machine.Validate(); err != nil {
+		return err
+	}
+	if a.machine.ModelName == "" && a.script != "" {
+		a.machine.ModelName = "scripted" // lash-node's default with --script
+	}
+	id, tid := args[0], ""
+	if len(args) > 1 {
+		if tid = turnID(args[1]); tid == "" {
+			return a.usagef("the turn id is empty")
+		}
+	}
+	rep, err := lash.NewInspector(a.client).Verify(a.ctx, a.machine.Config(), id, tid)
+	switch {
+	case errors.Is(err, lash.ErrUnknownSession):
+		known, kerr := a.known(id)
+		if kerr != nil {
+			return kerr
+		}
+		if !known {
+			return unknownSession(id)
+		}
+		if tid != "" {
+			return fmt.Errorf("session %s has no committed turn %s", id, tid)
+		}
+		rep, err = &lash.VerifyReport{Session: id}, nil
+	case errors.Is(err, lash.ErrBadInput) && tid != "":
+		return fmt.Errorf("session %s has no committed turn %s", id, tid)
+	case err != nil:
+		return err
+	}
+	out := verifyJSON{Session: rep.Session, OK: rep.OK(), Turns: append([]lash.TurnVerdict{}, rep.Turns...)}
+	err = a.emit(out, func(w io.Writer) {
+		row(w, "TURN", "VERDICT", "REPLAYED", "NOTE")
+		for _, v := range rep.Turns {
+			note := v.Note
+			if d := v.Divergence; d != nil {
+				note = "at " + d.Key
+			}
+			row(w, v.Turn, strings.ToUpper(v.Verdict), v.Replayed, note)
+		}
+	})
+	if err != nil || a.json {
+		if err == nil && !rep.OK() {
+			err = diverged(rep)
+		}
+		return err
+	}
+	// The divergences in full, after the table.
+	for _, v := range rep.Turns {
+		d := v.Divergence
+		if d == nil {
+			continue
+		}
+		fmt.Fprintf(a.stdout, "\n%s DIVERGED at %s\n  %s\n", v.Turn, d.Key, strings.ReplaceAll(d.Detail, "\n", "\n  "))
+		if d.Recorded != "" || d.Current != "" {
+			fmt.Fprintf(a.stdout, "  recorded request hash %s\n  current request hash  %s\n", d.Recorded, d.Current)
+		}
+		if d.Diff != "" {
+			fmt.Fprintf(a.stdout, "  diff (- recorded, + current):\n    %s\n", strings.ReplaceAll(strings.TrimSuffix(d.Diff, "\n"), "\n", "\n    "))
+		}
+	}
+	if !rep.OK() {
+		return diverged(rep)
+	}
+	return nil
+}
+
+func diverged(rep *lash.VerifyReport) error {
+	n := 0
+	for _, v := range rep.Turns {
+		if v.Divergence != nil {
+			n++
+		}
+	}
+	return fmt.Errorf("session %s: %d of %d turns diverged", rep.Session, n, len(rep.Turns))
+}
