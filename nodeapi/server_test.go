@@ -3,6 +3,7 @@ package nodeapi_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,8 @@ import (
 	"github.com/lash-run/lash/tools"
 	"github.com/lash-run/lash/tools/builtin"
 	"github.com/lash-run/lash/turn"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 )
 
 const approvalScript = `
@@ -187,7 +190,7 @@ func TestEndpoints(t *testing.T) {
 	}
 	o := r.node.Owner()
 	if info.Node != "node-a" || info.Incarnation != o.Incarnation || info.PID != o.PID || info.Host != o.Host ||
-		info.Version != "1.2.3" || info.Prefix != "lash" || info.Running != 0 || info.Applied < c.Seq || info.Uptime <= 0 {
+		info.Version != "1.2.3" || info.Prefix != "lash" || info.Running != 0 || info.Applied < st.Applied || info.Uptime <= 0 {
 		t.Errorf("info: %+v", info)
 	}
 	for _, key := range []string{"submit 200", "status 200", "decide 200", "decide 400", "cancel 200", "info 200"} {
@@ -285,6 +288,33 @@ func TestStatusReadsAcrossNodes(t *testing.T) {
 	}
 	if len(nodes) != 2 || !seen["node-a"] || !seen["node-b"] {
 		t.Errorf("nodes: %+v", nodes)
+	}
+	// `nats micro ls` lists both nodes as instances of the lash service.
+	nc := a.srv.Conn(t)
+	infos := make(chan *nats.Msg, 8)
+	sub, err := nc.ChanSubscribe(nc.NewRespInbox(), infos)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.PublishRequest("$SRV.INFO."+nodeapi.ServiceName, sub.Subject, nil); err != nil {
+		t.Fatal(err)
+	}
+	instances := map[string]bool{}
+	for len(instances) < 2 {
+		select {
+		case m := <-infos:
+			var info micro.Info
+			if err := json.Unmarshal(m.Data, &info); err != nil {
+				t.Fatal(err)
+			}
+			instances[info.Metadata["node"]] = info.Name == nodeapi.ServiceName && len(info.Endpoints) == 5
+		case <-time.After(5 * time.Second):
+			t.Fatalf("micro instances: %v", instances)
+		}
+	}
+	if !instances["node-a"] || !instances["node-b"] {
+		t.Errorf("micro instances: %v", instances)
 	}
 	for i := range 20 {
 		sid := fmt.Sprintf("s%d", i)
