@@ -1,0 +1,247 @@
+// Package e2e tests lash from the outside: it builds lash-node, lash-admin
+// and the example tool server, runs them as processes against a real
+// nats-server, talks to them through NATS subjects with the plain nats.go
+// client, kills them with SIGKILL and reads the outcome with lash-admin.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lash-run/lash/testenv"
+	"github.com/nats-io/nats.go"
+)
+
+var bin struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// binary builds the repository's commands once per test run and returns
+// the path of name.
+func binary(t *testing.T, name string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the commands as processes")
+	}
+	bin.once.Do(func() {
+		bin.dir, bin.err = os.MkdirTemp("", "lash-e2e-bin")
+		if bin.err != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", bin.dir, "../cmd/lash-node", "../cmd/lash-admin", "../examples/tool-server")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			bin.err = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if bin.err != nil {
+		t.Fatal(bin.err)
+	}
+	return filepath.Join(bin.dir, name)
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if bin.dir != "" {
+		os.RemoveAll(bin.dir)
+	}
+	os.Exit(code)
+}
+
+// proc is a running command whose output lines are kept.
+type proc struct {
+	t    *testing.T
+	name string
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	out  []string
+	done chan struct{}
+	err  error
+}
+
+// start runs a built command with args; the test's cleanup kills it.
+func start(t *testing.T, name, command string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, cmd: exec.Command(binary(t, command), args...), done: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), "NATS_URL=") // only what the test says
+	r, w := io.Pipe()
+	p.cmd.Stdout, p.cmd.Stderr = w, w
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.out = append(p.out, sc.Text())
+			p.mu.Unlock()
+		}
+	}()
+	go func() {
+		p.err = p.cmd.Wait()
+		w.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("output of %s:\n%s", p.name, strings.Join(p.lines(), "\n"))
+		}
+	})
+	return p
+}
+
+func (p *proc) lines() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.out...)
+}
+
+// count counts output lines containing s.
+func (p *proc) count(s string) int {
+	n := 0
+	for _, l := range p.lines() {
+		if strings.Contains(l, s) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitLine waits for an output line containing s.
+func (p *proc) waitLine(s string, d time.Duration) {
+	p.t.Helper()
+	testenv.WaitFor(p.t, d, func() error {
+		if p.count(s) > 0 {
+			return nil
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited (%v) without printing %q", p.name, p.err, s)
+		default:
+		}
+		return fmt.Errorf("%s has not printed %q yet", p.name, s)
+	})
+}
+
+// kill ends the process with SIGKILL, as a crash would, and waits for it.
+func (p *proc) kill() {
+	if p.cmd.Process != nil {
+		_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	}
+	<-p.done
+}
+
+// signal sends sig and waits for the exit, returning the exit code.
+func (p *proc) signal(sig syscall.Signal, d time.Duration) int {
+	p.t.Helper()
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.done:
+	case <-time.After(d):
+		p.t.Fatalf("%s did not exit within %v of %v", p.name, d, sig)
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// run runs a command to its end and returns stdout, stderr and exit code.
+func run(t *testing.T, command string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(binary(t, command), args...)
+	cmd.Env = append(os.Environ(), "NATS_URL=")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if err != nil {
+		ee, ok := err.(*exec.ExitError)
+		if !ok {
+			t.Fatalf("%s %v: %v", command, args, err)
+		}
+		code = ee.ExitCode()
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+// deployment is one NATS server with a lash deployment on it.
+type deployment struct {
+	t   *testing.T
+	url string
+	nc  *nats.Conn
+	dir string
+}
+
+func newDeployment(t *testing.T) *deployment {
+	srv := testenv.RunJetStream(t)
+	return &deployment{t: t, url: srv.URL(), nc: srv.Conn(t), dir: t.TempDir()}
+}
+
+// file writes a file under the deployment's directory.
+func (d *deployment) file(name, content string) string {
+	d.t.Helper()
+	path := filepath.Join(d.dir, name)
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		d.t.Fatal(err)
+	}
+	return path
+}
+
+// admin runs lash-admin --json against the deployment and decodes its
+// output into v.
+func (d *deployment) admin(v any, args ...string) {
+	d.t.Helper()
+	if err := d.tryAdmin(v, args...); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+// tryAdmin is admin returning what went wrong, for polls.
+func (d *deployment) tryAdmin(v any, args ...string) error {
+	out, errOut, code := run(d.t, "lash-admin", append([]string{"--nats", d.url, "--cache", filepath.Join(d.dir, "admin-cache"), "--json"}, args...)...)
+	if code != 0 {
+		return fmt.Errorf("lash-admin %v: exit %d: %s", args, code, errOut)
+	}
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		return fmt.Errorf("lash-admin %v: %v\n%s", args, err, out)
+	}
+	return nil
+}
+
+// send appends an input as any NATS client would: a JetStream publish is
+// a request on the subject, Nats-Msg-Id is the idempotency key, and the
+// reply is the stream's acknowledgement. JetStream dedupes msg ids across
+// the stream, so the key is made unique to the session.
+func (d *deployment) send(session, key string, data []byte) (seq uint64) {
+	d.t.Helper()
+	m := nats.NewMsg("lash.sess." + session + ".in")
+	m.Header.Set("Nats-Msg-Id", session+"/"+key)
+	m.Data = data
+	reply, err := d.nc.RequestMsg(m, 5*time.Second)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	var ack struct {
+		Seq   uint64 `json:"seq"`
+		Error *struct {
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(reply.Data, &ack); err != nil || ack.Error != nil || ack.Seq == 0 {
+		d.t.Fatalf("publish to %s: %s (%v)", m.Subject, reply.Data, err)
+	}
+	return ack.Seq
+}
