@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lash-run/lash"
 	"github.com/lash-run/lash/internal/cli"
 	"github.com/lash-run/lash/streams"
 	"github.com/nats-io/nats.go"
@@ -35,7 +36,10 @@ type command struct {
 	// settings defines settings beyond the global ones; like those, they
 	// also come from the environment and the config file.
 	settings func(a *app, fs *flag.FlagSet)
-	run      func(a *app, args []string) error
+	// check, if set, validates the arguments before lash-admin connects:
+	// invalid usage is refused the same with or without a server.
+	check func(a *app, args []string) error
+	run   func(a *app, args []string) error
 }
 
 // commands lists the commands in the order help shows them.
@@ -65,6 +69,11 @@ type app struct {
 	// Command flags.
 	json               bool
 	key, payload, mode string
+	// What check prepared: an input to append, a signal to publish, a
+	// turn id.
+	input   lash.Input
+	signal  streams.Publication
+	turnArg string
 
 	nc     *nats.Conn
 	client *streams.Client
@@ -192,6 +201,11 @@ func (a *app) main(args []string) error {
 	}
 	if err := a.conn.Validate(); err != nil {
 		return err
+	}
+	if cmd.check != nil {
+		if err := cmd.check(a, pos); err != nil {
+			return err
+		}
 	}
 	if err := a.connect(); err != nil {
 		return err

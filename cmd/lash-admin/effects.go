@@ -19,7 +19,8 @@ outcome was, whether the run that committed the turn replayed it from the journa
 executed it, the node that recorded it, how long it took and when it was recorded.
 TURN is a turn id ("in-7") or the sequence of the input that started it ("7").`,
 	min: 2, max: 2,
-	run: runEffects,
+	check: func(a *app, args []string) error { return a.checkTurn(args[1]) },
+	run:   runEffects,
 }
 
 type effectJSON struct {
@@ -45,10 +46,7 @@ type effectsJSON struct {
 }
 
 func runEffects(a *app, args []string) error {
-	id, tid := args[0], turnID(args[1])
-	if tid == "" {
-		return a.usagef("give a turn id")
-	}
+	id, tid := args[0], a.turnArg
 	ts, err := a.turns(id)
 	if err != nil {
 		return err

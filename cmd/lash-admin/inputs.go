@@ -26,7 +26,8 @@ message from stdin. Prints the input's sequence, and whether it was a duplicate 
 earlier append with the same --key.`,
 	min: 2, max: 2,
 	flags: keyFlag,
-	run:   runSend,
+	check: checkSend,
+	run:   func(a *app, args []string) error { return a.appendInput(args[0]) },
 }
 
 var decideCmd = &command{
@@ -44,7 +45,8 @@ with --payload). A call the session does not hold suspended is refused.`,
 		fs.StringVar(&a.payload, "payload", "", "`payload`: the call's result (use-result) or what the tool is given (pass-to-tool), passed as it is (JSON, usually)")
 		fs.StringVar(&a.mode, "mode", "", "`mode`: how a resumed call goes on: replay, use-result or pass-to-tool")
 	},
-	run: runDecide,
+	check: checkDecide,
+	run:   runDecide,
 }
 
 var cancelCmd = &command{
@@ -56,6 +58,7 @@ var cancelCmd = &command{
 it starts ends cancelled at once. The session must exist.`,
 	min: 1, max: 1,
 	flags: keyFlag,
+	check: func(a *app, _ []string) error { return a.checkInput(lash.Input{Cancel: true}) },
 	run:   runCancel,
 }
 
@@ -67,14 +70,25 @@ type appendJSON struct {
 	Key       string `json:"key"`
 }
 
-// appendInput checks an input as lash.Session.Send does and appends it.
-func (a *app) appendInput(id string, in lash.Input) error {
+// checkInput checks an input as lash.Session.Send does and keeps it for
+// appendInput.
+func (a *app) checkInput(in lash.Input) error {
 	data, err := json.Marshal(in)
 	if err != nil {
 		return err
 	}
 	if err := lash.CheckInput(data); err != nil {
 		return a.usagef("%v", err)
+	}
+	a.input = in
+	return nil
+}
+
+// appendInput appends the checked input to the session's inputs.
+func (a *app) appendInput(id string) error {
+	data, err := json.Marshal(a.input)
+	if err != nil {
+		return err
 	}
 	key := a.key
 	if key == "" {
@@ -98,7 +112,7 @@ func (a *app) appendInput(id string, in lash.Input) error {
 	})
 }
 
-func runSend(a *app, args []string) error {
+func checkSend(a *app, args []string) error {
 	text := args[1]
 	if text == "-" {
 		b, err := io.ReadAll(io.LimitReader(a.stdin, lash.MaxInputBytes+1))
@@ -107,11 +121,11 @@ func runSend(a *app, args []string) error {
 		}
 		text = string(b)
 	}
-	return a.appendInput(args[0], lash.Input{Text: text})
+	return a.checkInput(lash.Input{Text: text})
 }
 
-func runDecide(a *app, args []string) error {
-	id, call, action := args[0], args[1], args[2]
+func checkDecide(a *app, args []string) error {
+	call, action := args[1], args[2]
 	d := lash.Decision{CallID: call, Action: action, Mode: a.mode, Payload: a.payload}
 	switch action {
 	case "resume":
@@ -129,7 +143,7 @@ func runDecide(a *app, args []string) error {
 		return a.usagef("the decision is resume or cancel, not %q", action)
 	}
 	if call == "" {
-		return a.usagef("give a call id")
+		return a.usagef("the call id is empty")
 	}
 	// The decision's id is its idempotency key: a retry is the same
 	// decision, which the turn applies once.
@@ -137,12 +151,13 @@ func runDecide(a *app, args []string) error {
 		a.key = ulid.Make().String()
 	}
 	d.ID = a.key
-	in := lash.Input{Decisions: []lash.Decision{d}}
-	if data, _ := json.Marshal(in); lash.CheckInput(data) != nil {
-		return a.usagef("%v", lash.CheckInput(data))
-	}
+	return a.checkInput(lash.Input{Decisions: []lash.Decision{d}})
+}
+
+func runDecide(a *app, args []string) error {
+	id, call := args[0], args[1]
 	// A decision must name a call the session holds suspended, as its last
-	// commit left it; the turn would only pass over another.
+	// commit left it; a node would consume another as invalid input.
 	p, h, err := a.head(id)
 	if err != nil {
 		return err
@@ -154,7 +169,7 @@ func runDecide(a *app, args []string) error {
 	var ids []string
 	for _, c := range calls {
 		if c.Call.ID == call {
-			return a.appendInput(id, in)
+			return a.appendInput(id)
 		}
 		ids = append(ids, c.Call.ID)
 	}
@@ -173,5 +188,5 @@ func runCancel(a *app, args []string) error {
 	if !known {
 		return unknownSession(id)
 	}
-	return a.appendInput(id, lash.Input{Cancel: true})
+	return a.appendInput(id)
 }

@@ -20,6 +20,7 @@ the TRIGGERS stream captures it; SUBJECT may be given with or without that prefi
 within its dedupe window. JSON "-" reads the payload from stdin.`,
 	min: 2, max: 2,
 	flags: keyFlag,
+	check: checkSignal,
 	run:   runSignal,
 }
 
@@ -45,14 +46,14 @@ func signalSubject(prefix, subject string) (string, error) {
 	return prefix + ".signal." + rest, nil
 }
 
-func runSignal(a *app, args []string) error {
-	subj, err := signalSubject(a.client.Config().Prefix, args[0])
+func checkSignal(a *app, args []string) error {
+	subj, err := signalSubject(a.conn.Streams().Prefix, args[0])
 	if err != nil {
 		return a.usagef("%v", err)
 	}
 	data := []byte(args[1])
 	if args[1] == "-" {
-		if data, err = io.ReadAll(a.stdin); err != nil {
+		if data, err = io.ReadAll(io.LimitReader(a.stdin, lash.MaxSignalBytes+1)); err != nil {
 			return fmt.Errorf("read stdin: %w", err)
 		}
 	}
@@ -63,10 +64,16 @@ func runSignal(a *app, args []string) error {
 		}
 		return a.usagef("%v", err)
 	}
-	seq, dup, err := a.client.Publish(a.ctx, streams.Publication{Subject: subj, Data: data, MsgID: a.key})
+	a.signal = streams.Publication{Subject: subj, Data: data, MsgID: a.key}
+	return nil
+}
+
+func runSignal(a *app, _ []string) error {
+	seq, dup, err := a.client.Publish(a.ctx, a.signal)
 	if err != nil {
 		return err
 	}
+	subj := a.signal.Subject
 	out := signalJSON{Subject: subj, Seq: seq, Duplicate: dup, Key: a.key}
 	return a.emit(out, func(w io.Writer) {
 		if dup {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"time"
 
@@ -105,16 +104,18 @@ func runTurns(a *app, args []string) error {
 	})
 }
 
-// turnID reads a turn argument: a turn id, or the sequence of the input
-// that started it.
-func turnID(arg string) string {
+// checkTurn reads a turn argument: a turn id, or the sequence of the
+// input that started it.
+func (a *app) checkTurn(arg string) error {
 	if arg == "" {
-		return ""
+		return a.usagef("the turn id is empty")
 	}
+	a.turnArg = arg
 	for _, r := range arg {
 		if r < '0' || r > '9' {
-			return arg
+			return nil
 		}
 	}
-	return fmt.Sprintf("in-%s", arg)
+	a.turnArg = "in-" + arg
+	return nil
 }

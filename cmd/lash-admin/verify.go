@@ -22,6 +22,7 @@ a deploy that would stop replay with a nondeterminism error. Nothing is performe
 The machine settings are lash-node's: give the same --config file or environment.
 Exits 1 when a turn diverged.`,
 	min: 1, max: 2,
+	check: checkVerify,
 	settings: func(a *app, fs *flag.FlagSet) {
 		a.machine.Register(fs)
 		fs.StringVar(&a.script, "script", "", "lash-node's scripted model `file`: with no --model, the model name is \"scripted\", as lash-node makes it")
@@ -35,19 +36,21 @@ type verifyJSON struct {
 	Turns   []lash.TurnVerdict `json:"turns"`
 }
 
-func runVerify(a *app, args []string) error {
+func checkVerify(a *app, args []string) error {
 	if err := a.machine.Validate(); err != nil {
 		return err
 	}
 	if a.machine.ModelName == "" && a.script != "" {
 		a.machine.ModelName = "scripted" // lash-node's default with --script
 	}
-	id, tid := args[0], ""
 	if len(args) > 1 {
-		if tid = turnID(args[1]); tid == "" {
-			return a.usagef("the turn id is empty")
-		}
+		return a.checkTurn(args[1])
 	}
+	return nil
+}
+
+func runVerify(a *app, args []string) error {
+	id, tid := args[0], a.turnArg
 	rep, err := lash.NewInspector(a.client).Verify(a.ctx, a.machine.Config(), id, tid)
 	switch {
 	case errors.Is(err, lash.ErrUnknownSession):
