@@ -107,7 +107,10 @@ type Node struct {
 	beats   sync.WaitGroup
 	// runs counts running turns; halt cancels them when draining ends.
 	runs sync.WaitGroup
-	halt context.Context
+	// wakers counts running Wake loops: Close waits for them before it
+	// closes the projection they read.
+	wakers sync.WaitGroup
+	halt   context.Context
 	end  context.CancelFunc
 }
 
@@ -213,6 +216,13 @@ func (n *Node) beat(ctx context.Context) {
 // WithProjection. Read your own writes with its WaitFor.
 func (n *Node) Projection() *projector.Projector { return n.proj }
 
+// Running counts the sessions this node is running now.
+func (n *Node) Running() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return len(n.running)
+}
+
 // ID is the node's name.
 func (n *Node) ID() string { return n.opts.nodeID }
 
@@ -245,6 +255,7 @@ func (n *Node) Close(ctx context.Context) error {
 		<-drained
 	}
 	n.end()
+	n.wakers.Wait()
 	n.stop()
 	n.beats.Wait()
 	if n.proj != nil {

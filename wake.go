@@ -33,13 +33,24 @@ type parkedCall struct {
 // subject. It appends a decision to the call's session, which Serve then
 // runs; decisions carry ids derived from the call, so nodes waking the same
 // call at once change nothing twice. It runs until ctx ends and needs
-// WithProjection: the projection says which calls are parked.
+// WithProjection: the projection says which calls are parked. Close stops
+// it.
 func (n *Node) Wake(ctx context.Context) error {
 	if n.proj == nil {
 		return errors.New("lash: Wake needs a projection (WithProjection)")
 	}
+	n.mu.Lock()
+	if n.closing {
+		n.mu.Unlock()
+		return ErrClosed
+	}
+	n.wakers.Add(1)
+	n.mu.Unlock()
+	defer n.wakers.Done()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// Close stops the waker once running turns are done.
+	defer context.AfterFunc(n.halt, cancel)()
 	errc := make(chan error, 2)
 	go func() { errc <- n.wakeSignals(ctx) }()
 	go func() { errc <- n.wakeTimers(ctx) }()
