@@ -96,7 +96,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// demo is examples/scripted-turn told for an operator: a turn whose worker
+// demo is lash's main job told for an operator: a turn whose worker
 // dies in the middle is finished by another worker from the journal.
 func demo(ctx context.Context, w io.Writer) error {
 	dir, err := os.MkdirTemp("", "lash-demo")
