@@ -17,22 +17,24 @@ import (
 	"github.com/lash-run/lash/streams"
 )
 
-// cache is lash-admin's copy of the session projection. Its directory
-// holds the Pebble store ("projection") and a stamp naming the deployment
-// it was folded from ("deployment"): a store folded from a stream since
-// deleted and made again (a wiped server on the same URL, say) is thrown
-// away, not mixed with the new one.
+// cache is lash-admin's copy of the deployment's read models: the session
+// projection ("projection") and the signal projection ("signals"), each a
+// Pebble store, and a stamp naming the streams they were folded from
+// ("deployment"): a store folded from a stream since deleted and made
+// again (a wiped server on the same URL, say) is thrown away, not mixed
+// with the new one.
 type cache struct {
-	p    *projector.Projector
-	root string
-	temp bool // a temporary directory, removed on close
+	p       *projector.Projector // sessions
+	signals *projector.Projector
+	root    string
+	temp    bool // a temporary directory, removed on close
 }
 
-// stamp names the stream a cache was folded from.
+// stamp names the streams a cache was folded from.
 type stamp struct {
-	Prefix  string    `json:"prefix"`
-	Stream  string    `json:"stream"`
-	Created time.Time `json:"created"`
+	Prefix   string    `json:"prefix"`
+	Sessions time.Time `json:"sessions_created"`
+	Triggers time.Time `json:"triggers_created"`
 }
 
 // cacheRoot is --cache, or a directory per deployment (URL and prefix)
@@ -80,20 +82,32 @@ func (a *app) openCache(strict bool) (*cache, error) {
 }
 
 func (a *app) openCacheAt(root string) (*cache, error) {
-	dir := filepath.Join(root, "projection")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("cache %s: %w", root, err)
-	}
-	p, err := lash.OpenProjection(dir, a.client)
-	if err != nil {
-		if locked(err) {
-			return nil, fmt.Errorf("cache %s: %w", root, errCacheBusy)
+	open := func(name string, open func(string, *streams.Client) (*projector.Projector, error)) (*projector.Projector, error) {
+		dir := filepath.Join(root, name)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("cache %s: %w", root, err)
 		}
-		return nil, fmt.Errorf("cache %s is unusable (remove it; lash-admin rebuild makes it again): %w", root, err)
+		p, err := open(dir, a.client)
+		switch {
+		case err != nil && locked(err):
+			return nil, fmt.Errorf("cache %s: %w", root, errCacheBusy)
+		case err != nil:
+			return nil, fmt.Errorf("cache %s is unusable (remove it; lash-admin rebuild makes it again): %w", root, err)
+		}
+		return p, nil
 	}
-	c := &cache{p: p, root: root}
-	if err := c.checkStamp(a); err != nil {
+	p, err := open("projection", lash.OpenProjection)
+	if err != nil {
+		return nil, err
+	}
+	sig, err := open("signals", lash.OpenSignalProjection)
+	if err != nil {
 		p.Close()
+		return nil, err
+	}
+	c := &cache{p: p, signals: sig, root: root}
+	if err := c.checkStamp(a); err != nil {
+		c.close()
 		return nil, err
 	}
 	return c, nil
@@ -106,30 +120,33 @@ func locked(err error) bool {
 		strings.Contains(err.Error(), "lock held")
 }
 
-// checkStamp throws the store's content away if it was folded from
-// another deployment, and stamps it with this one.
+// checkStamp throws the stores' content away if they were folded from
+// another deployment, and stamps them with this one.
 func (c *cache) checkStamp(a *app) error {
 	infos, err := a.client.Info(a.ctx)
 	if err != nil {
 		return err
 	}
-	sessions := infos[streams.Sessions]
-	want := stamp{Prefix: a.client.Config().Prefix, Stream: sessions.Name, Created: sessions.Created.UTC()}
+	sessions, triggers := infos[streams.Sessions], infos[streams.Triggers]
+	want := stamp{Prefix: a.client.Config().Prefix, Sessions: sessions.Created.UTC(), Triggers: triggers.Created.UTC()}
 	path := filepath.Join(c.root, "deployment")
 	var got stamp
 	data, err := os.ReadFile(path)
 	if err == nil {
 		err = json.Unmarshal(data, &got)
 	}
-	same := err == nil && got.Prefix == want.Prefix && got.Stream == want.Stream && got.Created.Equal(want.Created)
-	if same && c.p.Applied() <= sessions.LastSeq {
+	same := err == nil && got.Prefix == want.Prefix && got.Sessions.Equal(want.Sessions) && got.Triggers.Equal(want.Triggers)
+	if same && c.p.Applied() <= sessions.LastSeq && c.signals.Applied() <= triggers.LastSeq {
 		return nil
 	}
-	if c.p.Applied() > 0 {
+	for _, p := range []*projector.Projector{c.p, c.signals} {
+		if p.Applied() == 0 {
+			continue
+		}
 		// Another deployment's fold (or one of unknown origin): start
 		// over. Rebuild clears the store and folds this stream.
 		fmt.Fprintf(a.stderr, "lash-admin: cache %s was folded from another deployment; rebuilding it\n", c.root)
-		if err := c.p.Rebuild(a.ctx); err != nil {
+		if err := p.Rebuild(a.ctx); err != nil {
 			return err
 		}
 	}
@@ -146,6 +163,9 @@ func (c *cache) checkStamp(a *app) error {
 
 func (c *cache) close() error {
 	err := c.p.Close()
+	if serr := c.signals.Close(); err == nil {
+		err = serr
+	}
 	if c.temp {
 		if rerr := os.RemoveAll(c.root); err == nil {
 			err = rerr
@@ -154,11 +174,8 @@ func (c *cache) close() error {
 	return err
 }
 
-// projection is the cache, caught up with the session stream. A command
-// that reads one session passes it: the fold then reaches at least that
-// session's head as the stream's leader reports it, even through a
-// lagging consumer on a cluster.
-func (a *app) projection(session ...string) (*projector.Projector, error) {
+// openedCache is the cache, opened once per run.
+func (a *app) openedCache() (*cache, error) {
 	if a.cache == nil {
 		c, err := a.openCache(false)
 		if err != nil {
@@ -166,7 +183,28 @@ func (a *app) projection(session ...string) (*projector.Projector, error) {
 		}
 		a.cache = c
 	}
-	p := a.cache.p
+	return a.cache, nil
+}
+
+// signalProjection is the signal read model, caught up.
+func (a *app) signalProjection() (*projector.Projector, error) {
+	c, err := a.openedCache()
+	if err != nil {
+		return nil, err
+	}
+	return c.signals, c.signals.CatchUp(a.ctx)
+}
+
+// projection is the session read model, caught up with the session
+// stream. A command that reads one session passes it: the fold then
+// reaches at least that session's head as the stream's leader reports it,
+// even through a lagging consumer on a cluster.
+func (a *app) projection(session ...string) (*projector.Projector, error) {
+	c, err := a.openedCache()
+	if err != nil {
+		return nil, err
+	}
+	p := c.p
 	var through uint64
 	for _, s := range session {
 		ev, err := a.client.Subjects().SessionEvents(s)

@@ -156,24 +156,24 @@ func TestProgress(t *testing.T) {
 		elapsed        time.Duration
 		want           string
 	}{
-		{0, 0, 0, "rebuild [##############################] 0/0 100% 0 msg/s"},
-		{0, 200, time.Second, "rebuild [..............................] 0/200   0% 0 msg/s"},
-		{50, 200, time.Second, "rebuild [#######.......................] 50/200  25% 50 msg/s"},
-		{300, 200, 2 * time.Second, "rebuild [##############################] 300/300 100% 150 msg/s"},
+		{0, 0, 0, "sessions [##############################] 0/0 100% 0 msg/s"},
+		{0, 200, time.Second, "sessions [..............................] 0/200   0% 0 msg/s"},
+		{50, 200, time.Second, "sessions [#######.......................] 50/200  25% 50 msg/s"},
+		{300, 200, 2 * time.Second, "sessions [##############################] 300/300 100% 150 msg/s"},
 	} {
-		if got := progressLine(c.applied, c.total, c.elapsed); got != c.want {
+		if got := progressLine("sessions", c.applied, c.total, c.elapsed); got != c.want {
 			t.Errorf("progressLine(%d, %d, %s) = %q, want %q", c.applied, c.total, c.elapsed, got, c.want)
 		}
 	}
 	// On a terminal the line is redrawn in place and ends with a newline.
 	var b bytes.Buffer
-	p := startProgress(&b, true, 10, func() uint64 { return 10 })
+	p := startProgress("x", &b, true, 10, func() uint64 { return 10 })
 	p.finish()
 	if s := b.String(); !strings.HasPrefix(s, "\r") || !strings.HasSuffix(s, " msg/s\n") || !strings.Contains(s, "10/10 100%") {
 		t.Errorf("terminal progress %q", s)
 	}
 	b.Reset()
-	p = startProgress(&b, false, 10, func() uint64 { return 10 })
+	p = startProgress("x", &b, false, 10, func() uint64 { return 10 })
 	p.finish()
 	if s := b.String(); strings.Contains(s, "\r") || strings.Count(s, "\n") != 1 || !strings.Contains(s, "10/10 100%") {
 		t.Errorf("progress to a file %q", s)

@@ -185,7 +185,8 @@ func contains(t *testing.T, out string, want ...string) {
 
 // seed runs a deployment: session s1 answered after a weather call, s2
 // waiting on the approval of a transfer, a malformed input for session x,
-// a lease held by another owner, and a live node.
+// a signal that is not JSON, a lease held by another owner, and a live
+// node.
 func seed(t *testing.T, srv *testenv.Server) (*lash.Node, *streams.Client) {
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -205,8 +206,10 @@ func seed(t *testing.T, srv *testenv.Server) (*lash.Node, *streams.Client) {
 		}
 	}
 	c := n.Streams()
-	if _, _, err := c.Publish(ctx, streams.Publication{Subject: "lash.sess.x.in", Data: []byte(`{"nope":1}`)}); err != nil {
-		t.Fatal(err)
+	for subj, data := range map[string]string{"lash.sess.x.in": `{"nope":1}`, "lash.signal.deploy.1": "not json"} {
+		if _, _, err := c.Publish(ctx, streams.Publication{Subject: subj, Data: []byte(data)}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	m := leases.New(c, leases.Owner{ID: "holder", Incarnation: "inc-1", Host: "h1", PID: 42})
 	if _, err := m.Claim(ctx, "sess.s9", 30*time.Second); err != nil {
@@ -338,12 +341,16 @@ func TestAdmin(t *testing.T) {
 
 	var q quarantineJSON
 	a.json(&q, "quarantine", "ls")
-	if len(q.Quarantine) != 1 {
+	if len(q.Quarantine) != 2 {
 		t.Fatalf("quarantine %+v", q)
 	}
 	p := q.Quarantine[0]
-	if payload, _ := base64.StdEncoding.DecodeString(p.PayloadBase64); p.Subject != "lash.sess.x.in" || p.Fold != "sessions" ||
-		string(payload) != `{"nope":1}` || p.Preview != `{"nope":1}` || !strings.Contains(p.Reason, "nope") {
+	if payload, _ := base64.StdEncoding.DecodeString(p.PayloadBase64); p.Stream != "LASH_SESSIONS" || p.Subject != "lash.sess.x.in" ||
+		p.Fold != "sessions" || string(payload) != `{"nope":1}` || p.Preview != `{"nope":1}` || !strings.Contains(p.Reason, "nope") {
+		t.Errorf("poison %+v", p)
+	}
+	if p := q.Quarantine[1]; p.Stream != "LASH_TRIGGERS" || p.Subject != "lash.signal.deploy.1" || p.Fold != "signals" ||
+		p.Preview != "not json" || !strings.Contains(p.Reason, "JSON") {
 		t.Errorf("poison %+v", p)
 	}
 
@@ -356,7 +363,7 @@ func TestAdmin(t *testing.T) {
 		contains(t, a.ok("leases", "ls"), "TOKEN", "s9", "holder/inc-1@h1", "no")
 		contains(t, a.ok("nodes", "ls"), "INCARNATION", "node-a")
 		contains(t, a.ok("streams"), "LASH_SESSIONS", "lash.sess.>", "bucket LASH_LEASES", "schema version 1")
-		contains(t, a.ok("quarantine", "ls"), "lash.sess.x.in", `{"nope":1}`)
+		contains(t, a.ok("quarantine", "ls"), "LASH_SESSIONS", "lash.sess.x.in", `{"nope":1}`, "LASH_TRIGGERS", "not json")
 	})
 
 	t.Run("unknown session", func(t *testing.T) {
@@ -459,20 +466,22 @@ func TestAdmin(t *testing.T) {
 	t.Run("rebuild", func(t *testing.T) {
 		before := a.ok("sessions", "ls", "--json")
 		r := a.run("rebuild", "--json")
-		if r.code != 0 || !strings.Contains(r.stderr, "100%") {
+		if r.code != 0 || !strings.Contains(r.stderr, "sessions [###") || !strings.Contains(r.stderr, "signals  [###") ||
+			strings.Count(r.stderr, "100%") != 2 {
 			t.Fatalf("rebuild: %+v", r)
 		}
 		var rj rebuildJSON
 		if err := json.Unmarshal([]byte(r.stdout), &rj); err != nil {
 			t.Fatal(err)
 		}
-		if rj.Sessions != 3 || rj.Turns != 2 || rj.Quarantined != 1 || rj.Applied != lastSeq(t, c, streams.Sessions) {
+		if rj.Sessions != 3 || rj.Turns != 2 || rj.Quarantined != 2 || rj.Applied != lastSeq(t, c, streams.Sessions) ||
+			rj.SignalsApplied != lastSeq(t, c, streams.Triggers) {
 			t.Errorf("rebuild %+v\n%s", rj, r.stderr)
 		}
 		if after := a.ok("sessions", "ls", "--json"); after != before {
 			t.Errorf("after rebuild:\n%s\nbefore:\n%s", after, before)
 		}
-		contains(t, a.ok("rebuild"), "rebuilt", "3 sessions, 2 turns, 1 quarantined")
+		contains(t, a.ok("rebuild"), "rebuilt", "3 sessions, 2 turns, 2 quarantined")
 	})
 
 	t.Run("verify", func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 // progress shows how far a fold has come: a bar redrawn in place on a
 // terminal, a line every few seconds otherwise, and a final line.
 type progress struct {
+	label   string
 	w       io.Writer
 	tty     bool
 	total   uint64
@@ -27,8 +28,8 @@ const (
 	lineEvery = 3 * time.Second
 )
 
-func startProgress(w io.Writer, tty bool, total uint64, applied func() uint64) *progress {
-	p := &progress{w: w, tty: tty, total: total, applied: applied, start: time.Now(), stop: make(chan struct{})}
+func startProgress(label string, w io.Writer, tty bool, total uint64, applied func() uint64) *progress {
+	p := &progress{label: label, w: w, tty: tty, total: total, applied: applied, start: time.Now(), stop: make(chan struct{})}
 	every := lineEvery
 	if tty {
 		every = ttyEvery
@@ -58,7 +59,7 @@ func (p *progress) finish() {
 }
 
 func (p *progress) draw(final bool) {
-	line := progressLine(p.applied(), p.total, time.Since(p.start))
+	line := progressLine(p.label, p.applied(), p.total, time.Since(p.start))
 	switch {
 	case p.tty && final:
 		fmt.Fprintf(p.w, "\r%s\n", line)
@@ -69,9 +70,10 @@ func (p *progress) draw(final bool) {
 	}
 }
 
-// progressLine is one rendering of the progress: a bar, applied of total,
-// the percentage and the rate.
-func progressLine(applied, total uint64, elapsed time.Duration) string {
+// progressLine is one rendering of the progress: what is folded, a bar,
+// the stream sequence applied of the last one, the percentage and the
+// rate.
+func progressLine(label string, applied, total uint64, elapsed time.Duration) string {
 	total = max(total, applied) // the fold may reach messages appended since it started
 	pct := 100.0
 	if total > 0 {
@@ -83,6 +85,6 @@ func progressLine(applied, total uint64, elapsed time.Duration) string {
 	if s := elapsed.Seconds(); s > 0 {
 		rate = float64(applied) / s
 	}
-	return fmt.Sprintf("rebuild [%s%s] %d/%d %3.0f%% %.0f msg/s", strings.Repeat("#", filled), strings.Repeat(".", width-filled),
+	return fmt.Sprintf("%-8s [%s%s] %d/%d %3.0f%% %.0f msg/s", label, strings.Repeat("#", filled), strings.Repeat(".", width-filled),
 		applied, total, pct, rate)
 }

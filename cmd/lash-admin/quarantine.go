@@ -3,19 +3,24 @@ package main
 import (
 	"encoding/base64"
 	"io"
+
+	"github.com/lash-run/lash/projector"
+	"github.com/lash-run/lash/streams"
 )
 
 var quarantineLsCmd = &command{
 	name:    "quarantine ls",
 	summary: "messages the projection set aside as malformed",
-	doc: `Lists the messages the session projection set aside because it could not fold them
-(an input that is not valid input JSON, a log entry this version cannot read): stream
-sequence, subject, the fold that refused it, why, and the start of its payload. The
-JSON form carries the payload (as stored: at most 64 KiB) in base64.`,
+	doc: `Lists the messages lash-admin's projections set aside because they could not fold them
+(an input that is not valid input JSON, a log entry this version cannot read, a signal
+that is not JSON): the stream and sequence, subject, the fold that refused it, why, and
+the start of its payload. The JSON form carries the payload (as stored: at most 64 KiB)
+in base64.`,
 	run: runQuarantineLs,
 }
 
 type poisonJSON struct {
+	Stream        string `json:"stream"`
 	Seq           uint64 `json:"seq"`
 	Subject       string `json:"subject"`
 	Fold          string `json:"fold"`
@@ -29,23 +34,32 @@ type quarantineJSON struct {
 }
 
 func runQuarantineLs(a *app, _ []string) error {
-	p, err := a.projection()
+	sessions, err := a.projection()
 	if err != nil {
 		return err
 	}
-	q, err := p.Quarantine()
+	signals, err := a.signalProjection()
 	if err != nil {
 		return err
 	}
 	out := quarantineJSON{Quarantine: []poisonJSON{}}
-	for _, m := range q {
-		out.Quarantine = append(out.Quarantine, poisonJSON{Seq: m.Seq, Subject: m.Subject, Fold: m.Fold, Reason: m.Reason,
-			Preview: preview(m.Data, 60), PayloadBase64: base64.StdEncoding.EncodeToString(m.Data)})
+	for _, src := range []struct {
+		p      *projector.Projector
+		stream streams.Stream
+	}{{sessions, streams.Sessions}, {signals, streams.Triggers}} {
+		q, err := src.p.Quarantine()
+		if err != nil {
+			return err
+		}
+		for _, m := range q {
+			out.Quarantine = append(out.Quarantine, poisonJSON{Stream: a.client.StreamName(src.stream), Seq: m.Seq, Subject: m.Subject,
+				Fold: m.Fold, Reason: m.Reason, Preview: preview(m.Data, 60), PayloadBase64: base64.StdEncoding.EncodeToString(m.Data)})
+		}
 	}
 	return a.emit(out, func(w io.Writer) {
-		row(w, "SEQ", "SUBJECT", "FOLD", "REASON", "PAYLOAD")
+		row(w, "STREAM", "SEQ", "SUBJECT", "FOLD", "REASON", "PAYLOAD")
 		for _, m := range out.Quarantine {
-			row(w, m.Seq, m.Subject, m.Fold, clip(m.Reason, 80), m.Preview)
+			row(w, m.Stream, m.Seq, m.Subject, m.Fold, clip(m.Reason, 80), m.Preview)
 		}
 	})
 }

@@ -1,30 +1,35 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"time"
 
+	"github.com/lash-run/lash/projector"
 	"github.com/lash-run/lash/streams"
 )
 
 var rebuildCmd = &command{
 	name:    "rebuild",
 	summary: "rebuild lash-admin's projection cache from the streams",
-	doc: `Throws lash-admin's projection cache away and folds the session stream again from its
-start, with a progress bar on stderr, then prints what the cache holds: sessions, turns,
-messages set aside as malformed, and how long it took. A cache another lash-admin has
-open is not rebuilt.`,
+	doc: `Throws lash-admin's projection cache away and folds the session and signal streams
+again from their start, with a progress bar on stderr, then prints what the cache holds:
+sessions, turns, messages set aside as malformed, and how long it took. A cache another
+lash-admin has open is not rebuilt.`,
 	run: runRebuild,
 }
 
 type rebuildJSON struct {
-	Sessions    int     `json:"sessions"`
-	Turns       int     `json:"turns"`
-	Quarantined int     `json:"quarantined"`
-	Applied     uint64  `json:"applied"`
-	TookMS      float64 `json:"took_ms"`
-	Cache       string  `json:"cache"`
+	Sessions    int `json:"sessions"`
+	Turns       int `json:"turns"`
+	Quarantined int `json:"quarantined"`
+	// Applied and SignalsApplied are the last sequences folded from the
+	// session stream and the signal subjects.
+	Applied        uint64  `json:"applied"`
+	SignalsApplied uint64  `json:"signals_applied"`
+	TookMS         float64 `json:"took_ms"`
+	Cache          string  `json:"cache"`
 }
 
 func runRebuild(a *app, _ []string) error {
@@ -33,16 +38,28 @@ func runRebuild(a *app, _ []string) error {
 		return err
 	}
 	a.cache = c
-	last, err := a.client.LastSeq(a.ctx, streams.Sessions)
+	lastSession, err := a.client.LastSeq(a.ctx, streams.Sessions)
 	if err != nil {
 		return err
 	}
-	start := time.Now()
-	bar := startProgress(a.stderr, a.errTTY, last, c.p.Applied)
-	err = c.p.Rebuild(a.ctx)
-	bar.finish()
-	if err != nil {
+	var lastSignal uint64
+	if m, err := a.client.Head(a.ctx, a.client.Subjects().Signals()); err == nil {
+		lastSignal = m.Seq
+	} else if !errors.Is(err, streams.ErrNotFound) {
 		return err
+	}
+	start := time.Now()
+	for _, f := range []struct {
+		label string
+		p     *projector.Projector
+		last  uint64
+	}{{"sessions", c.p, lastSession}, {"signals", c.signals, lastSignal}} {
+		bar := startProgress(f.label, a.stderr, a.errTTY, f.last, f.p.Applied)
+		err := f.p.Rebuild(a.ctx)
+		bar.finish()
+		if err != nil {
+			return err
+		}
 	}
 	took := time.Since(start)
 	heads, err := c.p.Sessions()
@@ -53,7 +70,12 @@ func runRebuild(a *app, _ []string) error {
 	if err != nil {
 		return err
 	}
-	out := rebuildJSON{Sessions: len(heads), Quarantined: len(q), Applied: c.p.Applied(), TookMS: ms(took), Cache: c.root}
+	qs, err := c.signals.Quarantine()
+	if err != nil {
+		return err
+	}
+	out := rebuildJSON{Sessions: len(heads), Quarantined: len(q) + len(qs), Applied: c.p.Applied(),
+		SignalsApplied: c.signals.Applied(), TookMS: ms(took), Cache: c.root}
 	for _, h := range heads {
 		out.Turns += h.Turns
 	}
