@@ -35,7 +35,7 @@ type effectJSON struct {
 	Recorder   string    `json:"recorder"`
 	Run        string    `json:"run"`
 	TookMS     float64   `json:"took_ms"`
-	RecordedAt time.Time `json:"recorded_at,omitzero"`
+	RecordedAt time.Time `json:"recorded_at"`
 }
 
 type effectsJSON struct {

@@ -156,7 +156,8 @@ Commands:
 	fmt.Fprintf(w, "  %-*s  %s\n", width, "help [COMMAND]", "this help, or a command's")
 	fmt.Fprintf(w, `
 Read commands print a table, or one JSON document with --json. "lash-admin COMMAND -h"
-describes a command and its flags. Flags may come before or after the arguments.
+describes a command and its flags. Flags may come before or after the arguments; "--"
+ends them, for an argument that starts with "-".
 
 Global settings come from the command line, the environment and the --config file,
 in that order of precedence, as lash-node's do: one environment configures both, and

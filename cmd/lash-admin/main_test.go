@@ -287,7 +287,7 @@ func TestAdmin(t *testing.T) {
 	}
 	tj := turns.Turns[0]
 	if tj.Turn != s1.LastTurn || tj.Status != "done" || tj.Usage.TotalTokens != 85 || tj.Iterations != 2 ||
-		!strings.HasPrefix(tj.Committer, "node-a/") || tj.Committed.IsZero() || tj.Started.IsZero() || tj.DurationMS <= 0 {
+		!strings.HasPrefix(tj.Committer, "node-a/") || tj.Committed.IsZero() || tj.Started == nil || tj.DurationMS <= 0 {
 		t.Errorf("turn %+v", tj)
 	}
 

@@ -95,12 +95,21 @@ func fmtDuration(d time.Duration) string {
 // ms is a duration in milliseconds, for JSON.
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// utc is a time for JSON, in UTC; zero stays zero (and is omitted).
+// utc is a time for JSON, in UTC.
 func utc(t time.Time) time.Time {
 	if t.IsZero() {
 		return t
 	}
 	return t.UTC()
+}
+
+// optTime is a time that may be unknown, for JSON: null then.
+func optTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
 }
 
 // usageJSON is token usage.

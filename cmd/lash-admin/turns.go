@@ -34,9 +34,11 @@ type turnJSON struct {
 	Messages    int             `json:"messages"`
 	Suspended   int             `json:"suspended"`
 	Committer   string          `json:"committer"`
-	Started     time.Time       `json:"started,omitzero"`
-	Committed   time.Time       `json:"committed,omitzero"`
-	DurationMS  float64         `json:"duration_ms"`
+	// Started is when the turn's input was appended, null once the input
+	// is gone; DurationMS runs from then to the commit (0 without it).
+	Started    *time.Time `json:"started"`
+	Committed  time.Time  `json:"committed"`
+	DurationMS float64    `json:"duration_ms"`
 }
 
 type turnsJSON struct {
@@ -92,7 +94,7 @@ func runTurns(a *app, args []string) error {
 	for _, t := range ts {
 		out.Turns = append(out.Turns, turnJSON{Turn: t.Turn, Seq: t.Seq, Input: t.Input, Cursor: t.Cursor, Status: t.Status,
 			Termination: terminationOf(t.Termination), Usage: usageOf(t.Usage), Iterations: t.Iterations,
-			Messages: t.Messages, Suspended: t.Suspended, Committer: t.Committer, Started: utc(t.Started),
+			Messages: t.Messages, Suspended: t.Suspended, Committer: t.Committer, Started: optTime(t.Started),
 			Committed: utc(t.Committed), DurationMS: ms(t.Duration)})
 	}
 	return a.emit(out, func(w io.Writer) {
