@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -16,9 +17,9 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// defaultURL is where a lash-node with default settings listens: its
+// defaultListen is where a lash-node with default settings listens: its
 // embedded server, on loopback.
-const defaultURL = "nats://127.0.0.1:4222"
+const defaultListen = "127.0.0.1:4222"
 
 // envPrefix is lash-node's: one environment configures both commands.
 const envPrefix = "LASH_"
@@ -61,6 +62,7 @@ type app struct {
 	cmd *command
 	// Settings.
 	conn     cli.Conn
+	listen   string
 	cacheDir string
 	config   string
 	machine  cli.Machine
@@ -202,6 +204,9 @@ func (a *app) main(args []string) error {
 	if err := a.conn.Validate(); err != nil {
 		return err
 	}
+	if _, err := a.url(); err != nil {
+		return err
+	}
 	if cmd.check != nil {
 		if err := cmd.check(a, pos); err != nil {
 			return err
@@ -237,9 +242,9 @@ func subcommands(group string) []string {
 
 // connect dials NATS and opens the deployment.
 func (a *app) connect() error {
-	url := a.conn.URL
-	if url == "" {
-		url = defaultURL
+	url, err := a.url()
+	if err != nil {
+		return err
 	}
 	nc, err := a.conn.Connect("lash-admin", url)
 	if err != nil {
@@ -269,10 +274,20 @@ func (a *app) close() error {
 	return err
 }
 
-// url is the NATS URL the command connects to.
-func (a *app) url() string {
-	if a.conn.URL == "" {
-		return defaultURL
+// url is the NATS URL the command connects to: --nats, or else where
+// lash-node's embedded server listens.
+func (a *app) url() (string, error) {
+	if a.conn.URL != "" {
+		return a.conn.URL, nil
 	}
-	return a.conn.URL
+	host, port, err := net.SplitHostPort(a.listen)
+	switch {
+	case err != nil:
+		return "", a.usagef("--listen %q: want host:port", a.listen)
+	case port == "0":
+		return "", a.usagef("lash-node's --listen %s picks a free port: give --nats with the port it chose", a.listen)
+	case host == "" || host == "0.0.0.0" || host == "::":
+		host = "127.0.0.1"
+	}
+	return "nats://" + net.JoinHostPort(host, port), nil
 }

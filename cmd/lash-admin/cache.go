@@ -47,7 +47,11 @@ func (a *app) cacheRoot() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("no cache directory (give --cache): %w", err)
 	}
-	sum := sha256.Sum256([]byte(a.url() + "\n" + a.client.Config().Prefix))
+	url, err := a.url()
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(url + "\n" + a.client.Config().Prefix))
 	return filepath.Join(base, "lash-admin", hex.EncodeToString(sum[:6])), nil
 }
 

@@ -16,7 +16,8 @@ import (
 func (a *app) settingsFlags(cmd *command) *flag.FlagSet {
 	fs := flag.NewFlagSet("lash-admin", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	a.conn.Register(fs, "NATS server `URL` (default "+defaultURL+", where a default lash-node listens)")
+	a.conn.Register(fs, "NATS server `URL` (default: lash-node's embedded server, at --listen)")
+	fs.StringVar(&a.listen, "listen", defaultListen, "client `address` of lash-node's embedded server (lash-node's --listen): with no --nats, lash-admin connects there")
 	fs.StringVar(&a.cacheDir, "cache", "", "`directory` of lash-admin's projection cache (default: one per deployment under the user cache directory)")
 	fs.StringVar(&a.config, "config", "", "settings `file`: \"name = value\" lines; lash-node's file will do")
 	if cmd != nil && cmd.settings != nil {
@@ -166,7 +167,7 @@ lash-admin ignores the settings of lash-node's it has no use for.
 `)
 	fs := a.settingsFlags(nil)
 	cli.Usage(w, fs, envPrefix, a.conn.Aliases(), []cli.Section{
-		{Title: "Connection (as lash-node's)", Names: []string{"nats", "creds", "user", "password", "tls-cert", "tls-key", "tls-ca", "prefix", "replicas"}},
+		{Title: "Connection (as lash-node's)", Names: []string{"nats", "listen", "creds", "user", "password", "tls-cert", "tls-key", "tls-ca", "prefix", "replicas"}},
 		{Title: "lash-admin", Names: []string{"cache", "config"}},
 	})
 	fmt.Fprint(w, `Every command takes:

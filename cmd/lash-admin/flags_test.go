@@ -76,6 +76,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"streams", "--config", "/nowhere/lash.conf"}, "config file"},
 		{[]string{"leases", "ls", "--lease-ttl", "soon"}, `invalid value "soon"`},
 		{[]string{"help", "bogus"}, `help: unknown command "bogus"`},
+		{[]string{"streams", "--listen", "127.0.0.1:0"}, "picks a free port: give --nats"},
+		{[]string{"streams", "--listen", "localhost"}, `--listen "localhost": want host:port`},
 		// Arguments are checked before lash-admin connects (there is no
 		// server at this URL).
 		{[]string{"--nats", "nats://127.0.0.1:1", "send", "s1", ""}, "no text, decisions or cancel"},
@@ -121,6 +123,23 @@ func TestParse(t *testing.T) {
 	}
 	if a.leaseTTL != 9*time.Second || a.conn.Prefix != "from-flag" {
 		t.Fatalf("lease TTL %s prefix %q", a.leaseTTL, a.conn.Prefix)
+	}
+	// Without --nats, lash-admin goes where lash-node's embedded server
+	// listens.
+	for listen, want := range map[string]string{"": "nats://127.0.0.1:4222", "0.0.0.0:5222": "nats://127.0.0.1:5222",
+		"10.0.0.7:4223": "nats://10.0.0.7:4223", "[::1]:4224": "nats://[::1]:4224"} {
+		a = &app{ctx: context.Background(), stdout: new(bytes.Buffer), stderr: new(bytes.Buffer)}
+		a.cmd, _ = lookup([]string{"streams"})
+		args := []string{}
+		if listen != "" {
+			args = append(args, "--listen", listen)
+		}
+		if _, err := a.parse(args); err != nil {
+			t.Fatal(err)
+		}
+		if url, err := a.url(); err != nil || url != want {
+			t.Errorf("--listen %q: %q %v, want %q", listen, url, err, want)
+		}
 	}
 	// The command's own flags never come from the environment.
 	t.Setenv("LASH_KEY", "from-env")

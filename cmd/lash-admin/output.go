@@ -159,3 +159,11 @@ func status(s turn.RunStatus) string {
 	}
 	return s.String()
 }
+
+// plural counts things: "1 turn", "2 turns".
+func plural(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
+}

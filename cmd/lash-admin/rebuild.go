@@ -80,7 +80,7 @@ func runRebuild(a *app, _ []string) error {
 		out.Turns += h.Turns
 	}
 	return a.emit(out, func(w io.Writer) {
-		fmt.Fprintf(w, "rebuilt %s: %d sessions, %d turns, %d quarantined, through sequence %d in %s\n",
-			c.root, out.Sessions, out.Turns, out.Quarantined, out.Applied, fmtDuration(took))
+		fmt.Fprintf(w, "rebuilt %s: %s, %s, %d quarantined, through sequence %d in %s\n",
+			c.root, plural(out.Sessions, "session"), plural(out.Turns, "turn"), out.Quarantined, out.Applied, fmtDuration(took))
 	})
 }

@@ -14,8 +14,8 @@ var streamsCmd = &command{
 	name:    "streams",
 	summary: "the deployment's streams, lease bucket and schema version",
 	doc: `Lists the deployment's streams and the lease bucket's stream, each with its subjects,
-messages, bytes, replicas and the schema version in its metadata (leaders are shown on a
-cluster), then the deployment's schema version next to the one this build expects.`,
+messages, bytes, replicas and the schema version in its metadata (and its leader, for
+replicated streams), then the deployment's schema version next to the one this build expects.`,
 	run: runStreams,
 }
 
@@ -58,7 +58,7 @@ func runStreams(a *app, _ []string) error {
 		} else if si.Schema != out.SchemaVersion {
 			out.SchemaVersion = "mixed"
 		}
-		cluster = cluster || si.Leader != ""
+		cluster = cluster || si.Replicas > 1
 		out.Streams = append(out.Streams, streamJSON{Name: si.Name, Bucket: si.Bucket, Subjects: append([]string{}, si.Subjects...),
 			Messages: si.Messages, Bytes: si.Bytes, FirstSeq: si.FirstSeq, LastSeq: si.LastSeq, Consumers: si.Consumers,
 			Replicas: si.Replicas, Leader: si.Leader, Created: utc(si.Created), SchemaVersion: si.Schema})
