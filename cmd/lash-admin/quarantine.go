@@ -10,7 +10,7 @@ import (
 
 var quarantineLsCmd = &command{
 	name:    "quarantine ls",
-	summary: "messages the projection set aside as malformed",
+	summary: "messages set aside as malformed: inputs, log entries, signals",
 	doc: `Lists the messages lash-admin's projections set aside because they could not fold them
 (an input that is not valid input JSON, a log entry this version cannot read, a signal
 that is not JSON): the stream and sequence, subject, the fold that refused it, why, and
