@@ -111,7 +111,7 @@ type Node struct {
 	// closes the projection they read.
 	wakers sync.WaitGroup
 	halt   context.Context
-	end  context.CancelFunc
+	end    context.CancelFunc
 }
 
 // ErrClosed: the node is draining or closed and takes no new work.
