@@ -54,6 +54,7 @@ type (
 	}
 	quarantine struct {
 		Quarantine []struct {
+			Stream  string `json:"stream"`
 			Subject string `json:"subject"`
 			Reason  string `json:"reason"`
 			Preview string `json:"preview"`
@@ -78,6 +79,7 @@ func (d *deployment) node(id, script string, extra ...string) *proc {
 		"--node-id", id, "--data", filepath.Join(d.dir, id), "--http", "off", "--lease-ttl", "2s",
 		"--tool-refresh", "500ms", "--log-format", "text"}, extra...)
 	p := start(d.t, id, "lash-node", args...)
+	p.waitLine("lash-node running", 30*time.Second)
 	d.waitNode(id)
 	return p
 }
@@ -334,6 +336,25 @@ func TestBadInputOnSubjects(t *testing.T) {
 	if _, err := d.nc.Request("lash.signal.deploy.1", []byte("not json"), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
+	// Bad requests to the node API are answered with a coded error.
+	api := []struct {
+		subject, body, code string
+	}{
+		{"lash.api.submit", `{"session":`, "400"},
+		{"lash.api.submit", `{"text":"hi"}`, "400"},
+		{"lash.api.status", `{"session":"nobody"}`, "404"},
+		{"lash.api.cancel", `{"session":"nobody","key":"k"}`, "404"},
+		{"lash.api.submit", `{"session":"s","key":"k","text":"` + strings.Repeat("x", 300<<10) + `"}`, "413"},
+	}
+	for _, a := range api {
+		reply, err := d.nc.Request(a.subject, []byte(a.body), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := reply.Header.Get("Nats-Service-Error-Code"); got != a.code || reply.Header.Get("Nats-Service-Error") == "" {
+			t.Errorf("%s %.40s: answered code %q (%q), want %s", a.subject, a.body, got, reply.Header.Get("Nats-Service-Error"), a.code)
+		}
+	}
 	for name, seq := range seqs {
 		ts := d.committed("bad-"+name, fmt.Sprintf("in-%d", seq))
 		if tt := ts.Turns[0]; tt.Termination.Code != "invalid_input" || tt.Termination.Detail == "" {
@@ -357,6 +378,15 @@ func TestBadInputOnSubjects(t *testing.T) {
 	}
 	if seen["lash.signal.deploy.1"] == "" {
 		t.Errorf("the signal is not in the quarantine: %+v", q)
+	}
+	refused := 0
+	for _, m := range q.Quarantine {
+		if m.Stream == "node-api" {
+			refused++
+		}
+	}
+	if refused != len(api) {
+		t.Errorf("the quarantine shows %d refused API requests, want %d: %+v", refused, len(api), q)
 	}
 }
 

@@ -145,6 +145,23 @@ type Info struct {
 	Running int `json:"sessions_running"`
 	// Applied is the last SESSIONS sequence the node's projection folded.
 	Applied uint64 `json:"projection_applied"`
+	// Refused lists the newest requests the node refused (at most
+	// MaxRefusals), oldest first: a request/reply message is stored
+	// nowhere, so this is where an operator sees it.
+	Refused []Refusal `json:"refused,omitempty"`
+}
+
+// MaxRefusals is how many refused requests a node keeps in memory.
+const MaxRefusals = 64
+
+// Refusal is one refused request.
+type Refusal struct {
+	At       time.Time `json:"at"`
+	Endpoint string    `json:"endpoint"`
+	Code     int       `json:"code"`
+	Reason   string    `json:"reason"`
+	// Data is the request's start, at most 1 KiB.
+	Data []byte `json:"data"`
 }
 
 // UptimeDuration is Uptime as a duration.

@@ -55,6 +55,7 @@ type Server struct {
 	mu       sync.Mutex
 	stopped  bool
 	inflight sync.WaitGroup
+	refused  []Refusal // a ring of the newest, MaxRefusals at most
 }
 
 // Start registers the node's micro service on the node's NATS connection
@@ -155,12 +156,17 @@ func (s *Server) handler(endpoint string, handle func(context.Context, []byte) (
 		} else {
 			e := classify(err)
 			code = e.Code
-			err = r.Error(strconv.Itoa(e.Code), e.Description, nil)
+			if code < 500 {
+				// Kept before the answer, so a client that was refused
+				// finds it in info at once.
+				s.refuse(endpoint, e, r.Data())
+			}
 			log := s.cfg.Logger.Warn
 			if code >= 500 {
 				log = s.cfg.Logger.Error
 			}
 			log("node API request refused", "endpoint", endpoint, "code", code, "reason", e.Description)
+			err = r.Error(strconv.Itoa(e.Code), e.Description, nil)
 		}
 		if err != nil {
 			s.cfg.Logger.Warn("node API reply failed", "endpoint", endpoint, "err", err)
@@ -337,9 +343,23 @@ func (s *Server) info(ctx context.Context, data []byte) (any, error) {
 		return nil, err
 	}
 	o := s.node.Owner()
+	s.mu.Lock()
+	refused := append([]Refusal(nil), s.refused...)
+	s.mu.Unlock()
 	return &Info{Node: s.node.ID(), Incarnation: o.Incarnation, Host: o.Host, PID: o.PID, Version: s.cfg.Version,
 		Prefix: s.prefix, Started: s.started, Uptime: time.Since(s.started).Seconds(),
-		Running: running, Applied: s.proj.Applied()}, nil
+		Running: running, Applied: s.proj.Applied(), Refused: refused}, nil
+}
+
+// refuse keeps a refused request where info shows it.
+func (s *Server) refuse(endpoint string, e *Error, data []byte) {
+	data = bytes.Clone(data[:min(len(data), 1<<10)])
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.refused) == MaxRefusals {
+		s.refused = append(s.refused[:0], s.refused[1:]...)
+	}
+	s.refused = append(s.refused, Refusal{At: time.Now().UTC(), Endpoint: endpoint, Code: e.Code, Reason: e.Description, Data: data})
 }
 
 // Running counts the sessions whose lease this node holds, read from the

@@ -265,8 +265,23 @@ func TestBadRequests(t *testing.T) {
 	if n := strings.Count(logs, "level=WARN msg=\"node API request refused\""); n != len(cases) {
 		t.Errorf("%d refusals logged at warn, want %d:\n%s", n, len(cases), logs)
 	}
+	// info shows the newest refusals, each with its start.
+	info, err := r.client.Info(r.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.Refused) != len(cases) {
+		t.Fatalf("info shows %d refusals, want %d", len(info.Refused), len(cases))
+	}
+	for i, c := range cases {
+		got := info.Refused[i]
+		want := c.body[:min(len(c.body), 1<<10)]
+		if got.Endpoint != c.endpoint || got.Code != c.code || !strings.Contains(got.Reason, c.want) || string(got.Data) != want {
+			t.Errorf("refusal %d: %+v, want %s %d %q", i, got, c.endpoint, c.code, c.want)
+		}
+	}
 	// The sentinels match by code.
-	_, err := r.client.Status(r.ctx, "nobody")
+	_, err = r.client.Status(r.ctx, "nobody")
 	if !errors.Is(err, nodeapi.ErrNotFound) || errors.Is(err, nodeapi.ErrBadRequest) {
 		t.Errorf("status of an unknown session: %v", err)
 	}

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
+	"errors"
+	"fmt"
 	"io"
+	"time"
 
+	"github.com/lash-run/lash/nodeapi"
 	"github.com/lash-run/lash/projector"
 	"github.com/lash-run/lash/streams"
 )
@@ -15,7 +20,9 @@ var quarantineLsCmd = &command{
 (an input that is not valid input JSON, a log entry this version cannot read, a signal
 that is not JSON): the stream and sequence, subject, the fold that refused it, why, and
 the start of its payload. The JSON form carries the payload (as stored: at most 64 KiB)
-in base64.`,
+in base64. Requests the running nodes' API refused are listed too (stream "node-api",
+the node in place of the fold): each node keeps its newest ones in memory, as they are
+stored nowhere else.`,
 	run: runQuarantineLs,
 }
 
@@ -27,6 +34,8 @@ type poisonJSON struct {
 	Reason        string `json:"reason"`
 	Preview       string `json:"preview"`
 	PayloadBase64 string `json:"payload_base64"`
+	// At is set on node API refusals: when the node refused it.
+	At *time.Time `json:"at,omitempty"`
 }
 
 type quarantineJSON struct {
@@ -56,10 +65,40 @@ func runQuarantineLs(a *app, _ []string) error {
 				Fold: m.Fold, Reason: m.Reason, Preview: preview(m.Data, 60), PayloadBase64: base64.StdEncoding.EncodeToString(m.Data)})
 		}
 	}
+	refused, err := nodeRefusals(a)
+	if err != nil {
+		return err
+	}
+	out.Quarantine = append(out.Quarantine, refused...)
 	return a.emit(out, func(w io.Writer) {
 		row(w, "STREAM", "SEQ", "SUBJECT", "FOLD", "REASON", "PAYLOAD")
 		for _, m := range out.Quarantine {
 			row(w, m.Stream, m.Seq, m.Subject, m.Fold, clip(m.Reason, 80), m.Preview)
 		}
 	})
+}
+
+// nodeRefusals lists the requests the running nodes refused; with no node
+// running there are none.
+func nodeRefusals(a *app) ([]poisonJSON, error) {
+	prefix := a.client.Config().Prefix
+	ctx, cancel := context.WithTimeout(a.ctx, 2*time.Second)
+	defer cancel()
+	nodes, err := nodeapi.NewClient(a.client.Conn(), prefix).Nodes(ctx)
+	if errors.Is(err, nodeapi.ErrNoNode) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []poisonJSON
+	for _, n := range nodes {
+		for _, r := range n.Refused {
+			at := r.At
+			out = append(out, poisonJSON{Stream: "node-api", Subject: nodeapi.Subject(prefix, r.Endpoint), Fold: "node " + n.Node,
+				Reason: fmt.Sprintf("%d %s", r.Code, r.Reason), Preview: preview(r.Data, 60),
+				PayloadBase64: base64.StdEncoding.EncodeToString(r.Data), At: &at})
+		}
+	}
+	return out, nil
 }
