@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -14,8 +15,11 @@ import (
 // is returned as it is.
 //
 // Read goes through a consumer, which on a replicated stream may run on a
-// follower a moment behind the leader: use it to scan, and decide writes
-// with Head and NextOnSubject, which ask the leader.
+// follower a moment behind the leader. For a filter without wildcards it
+// asks the leader for the subject's last message first and reads at least
+// through it, so a read sees every message stored before the call; a
+// wildcard read may end a moment behind. Decide writes with Head and
+// NextOnSubject, which ask the leader.
 func (c *Client) Read(ctx context.Context, filter string, from uint64, fn func(*Msg) error) error {
 	st, err := c.streamOf(filter)
 	if err != nil {
@@ -27,12 +31,32 @@ func (c *Client) Read(ctx context.Context, filter string, from uint64, fn func(*
 	} else if err != nil {
 		return err
 	}
+	var through uint64
+	if !strings.ContainsAny(filter, "*>") {
+		last, err := c.Head(ctx, filter)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		if last != nil {
+			through = last.Seq
+		}
+	}
 	return c.tail(ctx, st, []string{filter}, from, func(m *Msg, pending uint64) error {
 		if err := fn(m); err != nil {
 			return err
 		}
-		if pending == 0 {
+		if pending != 0 {
+			return nil
+		}
+		if m.Seq >= through {
 			return errCaughtUp
+		}
+		// The consumer has nothing more yet: a lagging follower, or the
+		// messages up to through are gone (retention). Ask the leader.
+		if _, err := c.NextOnSubject(ctx, filter, m.Seq+1); errors.Is(err, ErrNotFound) {
+			return errCaughtUp
+		} else if err != nil {
+			return err
 		}
 		return nil
 	})
