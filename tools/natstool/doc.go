@@ -41,10 +41,12 @@
 //   - output: a ToolOK result.
 //   - error response, code 409: tools.Pending(ticket), a ToolPending result.
 //   - any other error response: a ToolError result with the server's text.
-//   - no program serves the tool (nats.ErrNoResponders): a ToolError result,
-//     `no server for tool "x"`. The Runner records every failure a tool
-//     returns, error or result alike, so this outcome is recorded and shown
-//     to the model either way; a result says so plainly.
+//   - no program serves the tool (nats.ErrNoResponders), still after
+//     waiting NoServerWait (within the call's deadline) for one to come
+//     back: a ToolError result, `no server for tool "x"`. The Runner
+//     records every failure a tool returns, error or result alike, so this
+//     outcome is recorded and shown to the model either way; a result says
+//     so plainly.
 //   - the deadline, or the Runner's context ending: an error wrapping the
 //     context's, which the Runner turns into its timeout failure or
 //     ErrInterrupted.

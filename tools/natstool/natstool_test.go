@@ -468,3 +468,41 @@ func TestServeRefusesBadTools(t *testing.T) {
 		t.Errorf("Discover = %v, %v", found, err)
 	}
 }
+
+// A call made while its tool's server restarts waits for it to come back.
+func TestCallWaitsForServer(t *testing.T) {
+	nc := testenv.RunJetStream(t).Conn(t)
+	svc := serve(t, nc, "", "restarting", echo("back"))
+	tool := discover(t, nc, "")["back"]
+	if err := svc.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 5*time.Second, func() error {
+		_, err := nc.Request(natstool.Subject("", "back"), nil, time.Second)
+		if !errors.Is(err, nats.ErrNoResponders) {
+			return fmt.Errorf("the stopped server still answers: %v", err)
+		}
+		return nil
+	})
+	type outcome struct {
+		res tools.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		res, err := tool.Call(ctx, json.RawMessage(`{"text":"x"}`))
+		done <- outcome{res, err}
+	}()
+	select {
+	case o := <-done:
+		t.Fatalf("the call ended with no server to answer it: %+v", o)
+	case <-time.After(300 * time.Millisecond): // the call is waiting
+	}
+	serve(t, nc, "", "restarting", echo("back"))
+	o := <-done
+	if o.err != nil || o.res.Status != turn.ToolOK {
+		t.Fatalf("call once the server is back: %+v", o)
+	}
+}

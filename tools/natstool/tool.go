@@ -54,7 +54,7 @@ func (t *remote) Call(ctx context.Context, args json.RawMessage) (tools.Result, 
 			}
 		}
 	}
-	resp, err := t.nc.RequestMsgWithContext(ctx, msg)
+	resp, err := t.request(ctx, msg)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		// The Runner would record an error as this same failure; a result
@@ -80,4 +80,29 @@ func (t *remote) Call(ctx context.Context, args json.RawMessage) (tools.Result, 
 		text = fmt.Sprintf("tool %q failed with code %s", t.spec.Name, code)
 	}
 	return tools.Result{Status: turn.ToolError, Output: text}, nil
+}
+
+// NoServerWait is how long a call waits for a server of its tool to come
+// back (a restart, a deploy) before it fails as "no server".
+var NoServerWait = 15 * time.Second
+
+// request sends msg, waiting up to NoServerWait, within ctx's deadline, for
+// a server while none answers. It returns nats.ErrNoResponders once that
+// wait is over, and ctx's error only when ctx was cancelled.
+func (t *remote) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) {
+	giveUp := time.Now().Add(NoServerWait)
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		resp, err := t.nc.RequestMsgWithContext(ctx, msg)
+		if !errors.Is(err, nats.ErrNoResponders) || time.Now().Add(wait).After(giveUp) {
+			return resp, err
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil, err
+			}
+			return nil, ctx.Err()
+		case <-time.After(wait):
+		}
+	}
 }
