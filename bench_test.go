@@ -82,8 +82,10 @@ func BenchmarkTurn(b *testing.B) {
 		}
 		memory = time.Since(start) / time.Duration(b.N)
 	})
+	runs := 0 // -count runs the same b.N again: fresh sessions each time
 	for _, sessions := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("durable/sessions=%d", sessions), func(b *testing.B) {
+			runs++
 			before := nc.Stats().OutMsgs
 			start := time.Now()
 			var wg sync.WaitGroup
@@ -93,7 +95,7 @@ func BenchmarkTurn(b *testing.B) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					sess := n.Session(fmt.Sprintf("b%d-%d-%d", sessions, b.N, s))
+					sess := n.Session(fmt.Sprintf("b%d-%d-%d-%d", sessions, b.N, runs, s))
 					for i := range per {
 						if _, _, err := sess.Send(ctx, fmt.Sprint(i), Input{Text: "hi"}); err != nil {
 							errs <- err

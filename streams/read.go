@@ -25,21 +25,24 @@ func (c *Client) Read(ctx context.Context, filter string, from uint64, fn func(*
 	if err != nil {
 		return err
 	}
-	// A consumer with nothing to deliver would wait: look first.
-	if _, err := c.NextOnSubject(ctx, filter, from); errors.Is(err, ErrNotFound) {
-		return nil
-	} else if err != nil {
-		return err
-	}
+	// A consumer with nothing to deliver would wait: look first. For one
+	// subject the leader's last message both says whether there is
+	// anything to read and how far to read.
 	var through uint64
-	if !strings.ContainsAny(filter, "*>") {
-		last, err := c.Head(ctx, filter)
-		if err != nil && !errors.Is(err, ErrNotFound) {
+	if strings.ContainsAny(filter, "*>") {
+		if _, err := c.NextOnSubject(ctx, filter, from); errors.Is(err, ErrNotFound) {
+			return nil
+		} else if err != nil {
 			return err
 		}
-		if last != nil {
-			through = last.Seq
+	} else {
+		last, err := c.Head(ctx, filter)
+		if errors.Is(err, ErrNotFound) || err == nil && last.Seq < from {
+			return nil
+		} else if err != nil {
+			return err
 		}
+		through = last.Seq
 	}
 	return c.tail(ctx, st, []string{filter}, from, func(m *Msg, pending uint64) error {
 		if err := fn(m); err != nil {
