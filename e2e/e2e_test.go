@@ -77,7 +77,7 @@ rule answer
 func (d *deployment) node(id, script string, extra ...string) *proc {
 	args := append([]string{"--nats", d.url, "--script", d.file(id+".script", script), "--model", "scripted",
 		"--node-id", id, "--data", filepath.Join(d.dir, id), "--http", "off", "--lease-ttl", "2s",
-		"--tool-refresh", "500ms", "--log-format", "text"}, extra...)
+		"--tool-refresh", "500ms", "--log-format", "text", "--replicas", fmt.Sprint(max(d.replicas, 1))}, extra...)
 	p := start(d.t, id, "lash-node", args...)
 	p.waitLine("lash-node running", 30*time.Second)
 	d.waitNode(id)
@@ -170,8 +170,14 @@ func ledgerLines(t *testing.T, path string) int {
 // NATS client. The node holding the session's lease is SIGKILLed in the
 // middle of the turn, after its tool call was recorded; the other finishes
 // the turn once, replaying the recorded model call and tool call.
-func TestKillLeaseHolderMidTurn(t *testing.T) {
-	d := newDeployment(t)
+func TestKillLeaseHolderMidTurn(t *testing.T) { killLeaseHolderMidTurn(t, newDeployment(t)) }
+
+// The same on a 3-server cluster with replicated streams.
+func TestClusterKillLeaseHolderMidTurn(t *testing.T) {
+	killLeaseHolderMidTurn(t, newClusterDeployment(t))
+}
+
+func killLeaseHolderMidTurn(t *testing.T, d *deployment) {
 	tool, ledger := d.toolServer()
 	nodes := map[string]*proc{"node-a": d.node("node-a", ledgerScript), "node-b": d.node("node-b", ledgerScript)}
 

@@ -179,15 +179,25 @@ func run(t *testing.T, command string, args ...string) (string, string, int) {
 
 // deployment is one NATS server with a lash deployment on it.
 type deployment struct {
-	t   *testing.T
-	url string
-	nc  *nats.Conn
-	dir string
+	t        *testing.T
+	url      string
+	nc       *nats.Conn
+	dir      string
+	replicas int
 }
 
 func newDeployment(t *testing.T) *deployment {
 	srv := testenv.RunJetStream(t)
 	return &deployment{t: t, url: srv.URL(), nc: srv.Conn(t), dir: t.TempDir()}
+}
+
+// newClusterDeployment runs the deployment on a 3-server cluster; nodes
+// and lash-admin use R3 streams.
+func newClusterDeployment(t *testing.T) *deployment {
+	binary(t, "lash-node") // skips under -short before the cluster starts
+	testenv.SkipClusterUnderRace(t)
+	c := testenv.RunCluster(t, 3)
+	return &deployment{t: t, url: c.URL(), nc: c.Conn(t), dir: t.TempDir(), replicas: 3}
 }
 
 // file writes a file under the deployment's directory.
@@ -211,7 +221,8 @@ func (d *deployment) admin(v any, args ...string) {
 
 // tryAdmin is admin returning what went wrong, for polls.
 func (d *deployment) tryAdmin(v any, args ...string) error {
-	out, errOut, code := run(d.t, "lash-admin", append([]string{"--nats", d.url, "--cache", filepath.Join(d.dir, "admin-cache"), "--json"}, args...)...)
+	out, errOut, code := run(d.t, "lash-admin", append([]string{"--nats", d.url, "--replicas", fmt.Sprint(max(d.replicas, 1)),
+		"--cache", filepath.Join(d.dir, "admin-cache"), "--json"}, args...)...)
 	if code != 0 {
 		return fmt.Errorf("lash-admin %v: exit %d: %s", args, code, errOut)
 	}
