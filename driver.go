@@ -224,14 +224,14 @@ func (d *drive) lookup(key turn.ReplayKey, hash turn.Hash) (*effectlog.Record, e
 func (d *drive) run(ctx context.Context, st *state, input *sessionlog.Input) (turn.Outcome, error) {
 	n := d.s.n
 	// A bad input is consumed by a turn that records why it was refused
-	// and changes nothing else.
+	// and changes nothing else: the calls the session holds suspended stay
+	// suspended.
 	in, err := parseInput(input.Data)
 	if err == nil && in.Text == "" && !in.Cancel {
 		err = decisionsMatch(d.s.id, in.Decisions, st.suspended)
 	}
 	if err != nil {
-		return turn.Outcome{Status: turn.StatusDone,
-			Termination: turn.Termination{Reason: turn.Error, Code: "invalid_input", Detail: err.Error()}}, nil
+		return invalidInput(err, st.suspended), nil
 	}
 	m, err := turn.New(n.opts.machine, turn.Start{Session: d.s.id, Turn: d.turn,
 		History: st.history, Suspended: st.suspended, Input: in.toTurn()})
@@ -282,17 +282,25 @@ func (d *drive) run(ctx context.Context, st *state, input *sessionlog.Input) (tu
 	}
 }
 
+// invalidInput is the outcome of a turn that consumed an input it refused.
+func invalidInput(err error, suspended []turn.SuspendedCall) turn.Outcome {
+	return turn.Outcome{Status: turn.StatusDone, Suspended: suspended,
+		Termination: turn.Termination{Reason: turn.Error, Code: "invalid_input", Detail: err.Error()}}
+}
+
 // decisionsMatch refuses an input of decisions only, none of which names a
 // call the session holds suspended: it would start a turn with nothing to do.
 func decisionsMatch(session string, ds []Decision, suspended []turn.SuspendedCall) error {
+	var calls []string
 	for _, d := range ds {
 		for _, c := range suspended {
 			if c.Call.ID == d.CallID {
 				return nil
 			}
 		}
+		calls = append(calls, d.CallID)
 	}
-	return fmt.Errorf("%w: session %s has no suspended call named by the decisions", ErrBadInput, session)
+	return fmt.Errorf("%w: session %s holds none of the calls %q suspended (decided already, or never suspended)", ErrBadInput, session, calls)
 }
 
 // cancelled marks an effect to be answered with Cancel.

@@ -26,6 +26,8 @@ type parkedCall struct {
 	turn    string // the commit that left it suspended
 	call    turn.ToolCall
 	ticket  builtin.Ticket
+	// pending is set when the session has inputs waiting.
+	pending bool
 }
 
 // Wake resumes calls parked by the built-in tools (tools/builtin): a sleep
@@ -63,6 +65,10 @@ func (n *Node) Wake(ctx context.Context) error {
 	return err
 }
 
+// wakeTimers sweeps the parked calls every WakeInterval: it wakes sleeps
+// that are due, and signal waits whose signal is there, which covers a
+// signal that came before its wait was committed and whose wake after the
+// commit was lost to a crash.
 func (n *Node) wakeTimers(ctx context.Context) error {
 	t := time.NewTicker(WakeInterval)
 	defer t.Stop()
@@ -81,15 +87,38 @@ func (n *Node) wakeTimers(ctx context.Context) error {
 		}
 		now := time.Now()
 		for _, pc := range calls {
-			if pc.ticket.Kind != builtin.SleepTicket || pc.ticket.Until.After(now) {
-				continue
+			if pc.pending {
+				continue // it runs soon, and its wake may be among those inputs
 			}
-			payload := "slept until " + pc.ticket.Until.Format(time.RFC3339)
-			if err := n.wake(ctx, pc, "timer", payload); err != nil && ctx.Err() == nil {
-				n.opts.logger.Warn("waking a sleep", "session", pc.session, "call", pc.call.ID, "err", err)
+			switch pc.ticket.Kind {
+			case builtin.SleepTicket:
+				if pc.ticket.Until.After(now) {
+					continue
+				}
+				err = n.wake(ctx, pc, "slept until "+pc.ticket.Until.Format(time.RFC3339))
+			case builtin.SignalTicket:
+				err = n.wakeOnLastSignal(ctx, pc)
+			}
+			if err != nil && ctx.Err() == nil {
+				n.opts.logger.Warn("waking a parked call", "session", pc.session, "call", pc.call.ID, "err", err)
 			}
 		}
 	}
+}
+
+// wakeOnLastSignal wakes a signal wait if its subject holds a signal.
+func (n *Node) wakeOnLastSignal(ctx context.Context, pc parkedCall) error {
+	m, err := n.client.Head(ctx, pc.ticket.Subject)
+	if errors.Is(err, streams.ErrNotFound) {
+		return nil // none yet: the signal consumer sees it come
+	}
+	if err != nil {
+		return err
+	}
+	if CheckSignal(m.Data) != nil {
+		return nil
+	}
+	return n.wake(ctx, pc, string(m.Data))
 }
 
 func (n *Node) wakeSignals(ctx context.Context) error {
@@ -138,7 +167,7 @@ func (n *Node) signal(ctx context.Context, m *streams.Msg) error {
 	}
 	for _, pc := range calls {
 		if pc.ticket.Kind == builtin.SignalTicket && pc.ticket.Subject == m.Subject {
-			if err := n.wake(ctx, pc, fmt.Sprintf("signal-%d", m.Seq), string(m.Data)); err != nil {
+			if err := n.wake(ctx, pc, string(m.Data)); err != nil {
 				return err
 			}
 		}
@@ -161,34 +190,45 @@ func CheckSignal(data []byte) error {
 	return nil
 }
 
-// wakeAfterCommit covers a signal that came before its wait was committed:
-// the waker looked for waiting calls before the commit and found none.
+// wakeAfterCommit wakes a signal wait at once when its signal came before
+// the wait was committed (the signal consumer found nothing waiting then).
+// The sweep would find it within WakeInterval; this saves the wait.
 func (s *Session) wakeAfterCommit(ctx context.Context, turnID string, suspended []turn.SuspendedCall) {
 	n := s.n
 	for _, sc := range suspended {
-		t, ok := builtin.ParseTicket(sc.Ticket.Reason)
+		t, ok := parkedTicket(sc)
 		if !ok || t.Kind != builtin.SignalTicket {
 			continue
 		}
-		m, err := n.client.Head(ctx, t.Subject)
-		if err != nil || m == nil {
-			continue // none yet: the waker sees it come
-		}
-		if CheckSignal(m.Data) != nil {
-			continue
-		}
 		pc := parkedCall{session: s.id, turn: turnID, call: sc.Call, ticket: t}
-		if err := n.wake(ctx, pc, fmt.Sprintf("signal-%d", m.Seq), string(m.Data)); err != nil {
+		if err := n.wakeOnLastSignal(ctx, pc); err != nil && ctx.Err() == nil {
 			n.opts.logger.Warn("waking a signal wait", "session", s.id, "call", sc.Call.ID, "err", err)
 		}
 	}
 }
 
+// parkedTicket reads the ticket of a call parked by a built-in tool. The
+// tool's name must match: a tool served elsewhere may write any ticket.
+func parkedTicket(sc turn.SuspendedCall) (builtin.Ticket, bool) {
+	t, ok := builtin.ParseTicket(sc.Ticket.Reason)
+	switch {
+	case !ok:
+		return t, false
+	case t.Kind == builtin.SleepTicket:
+		return t, sc.Call.Name == builtin.SleepTool
+	case t.Kind == builtin.SignalTicket:
+		return t, sc.Call.Name == builtin.SignalTool
+	}
+	return t, sc.Call.Name == builtin.ApprovalTool
+}
+
 // wake appends the decision that resumes a parked call with payload as its
-// result. The decision's id and msg id name the call and the cause, so
-// every node waking it for the same cause appends it once.
-func (n *Node) wake(ctx context.Context, pc parkedCall, cause, payload string) error {
-	id := fmt.Sprintf("wake:%s:%s:%s", pc.turn, pc.call.ID, cause)
+// result. The decision's id and msg id name the call (call ids are unique
+// in a session), so the first wake wins: nodes waking it at once, or for
+// two signals, or across later turns that leave it parked, append it once
+// within the dedupe window.
+func (n *Node) wake(ctx context.Context, pc parkedCall, payload string) error {
+	id := "wake:" + pc.call.ID
 	data, err := json.Marshal(Input{Decisions: []Decision{{ID: id, CallID: pc.call.ID, Action: "resume", Mode: "use-result", Payload: payload}}})
 	if err != nil {
 		return err
@@ -234,8 +274,8 @@ func parkedIn(p *projector.Projector) ([]parkedCall, error) {
 			continue // the projection set it aside already
 		}
 		for _, sc := range body.Outcome.Suspended {
-			if t, ok := builtin.ParseTicket(sc.Ticket.Reason); ok {
-				out = append(out, parkedCall{session: h.Session, turn: h.LastTurn, call: sc.Call, ticket: t})
+			if t, ok := parkedTicket(sc); ok {
+				out = append(out, parkedCall{session: h.Session, turn: h.LastTurn, call: sc.Call, ticket: t, pending: h.PendingInputs > 0})
 			}
 		}
 	}

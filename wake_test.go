@@ -2,6 +2,7 @@ package lash
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -141,7 +142,191 @@ func TestDecisionForNoCall(t *testing.T) {
 	}
 	res, err := s.Run(r.ctx)
 	if err != nil || len(res) != 1 || res[0].Outcome.Termination.Code != "invalid_input" || len(res[0].Outcome.Messages) != 0 ||
-		!strings.Contains(res[0].Outcome.Termination.Detail, "no suspended call") {
+		!strings.Contains(res[0].Outcome.Termination.Detail, "holds none of the calls") {
 		t.Fatalf("run %+v, %v", res, err)
+	}
+}
+
+const approvalScript = `
+rule ask
+  when tools = 0
+  call wait_for_approval {"request":"ship it?"}
+
+default
+  say shipped
+`
+
+// With a decision wait, a turn parks its suspended call while it runs; a
+// decision sent then, before any commit names the call, is taken and the
+// same turn finishes.
+func TestDecisionDuringDecisionWait(t *testing.T) {
+	r := newRig(t)
+	r.models = testenv.RunModelServer(t, scripted.MustParse(approvalScript))
+	reg := tools.New()
+	if err := builtin.Register(reg, "lash", time.Now); err != nil {
+		t.Fatal(err)
+	}
+	n := r.node("one", WithTools(reg), WithMachine(turn.Config{Model: "scripted", DecisionWait: 20 * time.Second}))
+	s := n.Session("dw")
+	done := make(chan error, 1)
+	var res *TurnResult
+	go func() {
+		var err error
+		res, err = s.Turn("k1", Input{Text: "ship?"}).Run(r.ctx)
+		done <- err
+	}()
+	testenv.WaitFor(t, 20*time.Second, func() error {
+		js, err := NewInspector(n.Streams()).Journal(r.ctx, "dw", "in-1")
+		if err == nil {
+			for _, j := range js {
+				if j.Call != "" {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("the approval call is not recorded yet (%v)", err)
+	})
+	if _, err := s.Decide(r.ctx, "d1", Decision{ID: "d1", CallID: "call_1", Action: "resume", Mode: "use-result", Payload: "yes"}); err != nil {
+		t.Fatalf("a decision during the decision wait: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if res.Turn != "in-1" || res.Outcome.Termination.Reason != turn.NaturalEnd {
+		t.Fatalf("turn %+v", res)
+	}
+	// With no turn running, an unknown call is still refused.
+	if _, err := s.Decide(r.ctx, "d2", Decision{ID: "d2", CallID: "call_9", Action: "resume"}); !errors.Is(err, ErrBadInput) {
+		t.Fatalf("decision for no call: %v", err)
+	}
+}
+
+const parkScript = `
+rule park
+  when user contains park
+  when tools = 0
+  call sleep {"seconds":3600}
+  call wait_for_signal {"name":"deploy.7"}
+
+rule deploy
+  when user contains deploy
+  when tools = 0
+  call wait_for_signal {"name":"deploy.8"}
+
+default
+  say done waiting
+`
+
+// parkedNode is a node with the built-in tools whose model parks calls,
+// serving and waking when wake is set.
+func parkedNode(t *testing.T, r *rig, id string, wake bool, extra ...Option) *Node {
+	t.Helper()
+	r.models = testenv.RunModelServer(t, scripted.MustParse(parkScript))
+	reg := tools.New()
+	if err := builtin.Register(reg, "lash", time.Now); err != nil {
+		t.Fatal(err)
+	}
+	n := r.node(id, append([]Option{WithTools(reg), WithProjection(t.TempDir())}, extra...)...)
+	if wake {
+		ctx, cancel := context.WithCancel(r.ctx)
+		done := make(chan struct{}, 2)
+		go func() { n.Serve(ctx); done <- struct{}{} }()
+		go func() { n.Wake(ctx); done <- struct{}{} }()
+		t.Cleanup(func() { cancel(); <-done; <-done })
+	}
+	return n
+}
+
+func turnsOf(t *testing.T, n *Node, session string) []TurnSummary {
+	t.Helper()
+	ts, err := NewInspector(n.Streams()).Turns(context.Background(), session)
+	if err != nil && !errors.Is(err, ErrUnknownSession) {
+		t.Fatal(err)
+	}
+	return ts
+}
+
+// Bad input and repeated signals leave parked calls parked: a signal wakes
+// its call once however many come, and an unreadable input is consumed
+// without touching the calls the session holds suspended.
+func TestParkedCallsSurviveNoise(t *testing.T) {
+	r := newRig(t)
+	n := parkedNode(t, r, "one", true)
+	s := n.Session("p")
+	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "park it"}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 20*time.Second, func() error {
+		if ts := turnsOf(t, n, "p"); len(ts) != 1 || ts[0].Suspended != 2 {
+			return fmt.Errorf("turns %+v", ts)
+		}
+		return nil
+	})
+	if _, _, err := n.log.AppendInput(r.ctx, "p", "bad", []byte(`{"txt":"oops"}`)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, _, err := n.Streams().Publish(r.ctx, streams.Publication{Subject: "lash.signal.deploy.7", Data: []byte(fmt.Sprintf(`{"n":%d}`, i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The bad input's turn and one wake; the sleep stays parked.
+	testenv.WaitFor(t, 20*time.Second, func() error {
+		ts := turnsOf(t, n, "p")
+		if len(ts) < 3 {
+			return fmt.Errorf("turns %+v", ts)
+		}
+		return nil
+	})
+	// No condition marks "the waker did nothing more": give it a few
+	// sweeps to append another wake if it would, then look.
+	time.Sleep(3 * WakeInterval)
+	ts := turnsOf(t, n, "p")
+	if len(ts) != 3 {
+		t.Fatalf("turns %+v, want the first, the bad input's and one wake", ts)
+	}
+	var bad, woken *TurnSummary
+	for i := range ts[1:] {
+		if ts[1+i].Termination.Code == "invalid_input" {
+			bad = &ts[1+i]
+		} else {
+			woken = &ts[1+i]
+		}
+	}
+	if bad == nil || woken == nil || bad.Suspended != 2 && bad.Suspended != 1 || woken.Suspended != 1 {
+		t.Fatalf("turns %+v", ts)
+	}
+	calls, err := n.parked(r.ctx)
+	if err != nil || len(calls) != 1 || calls[0].ticket.Kind != builtin.SleepTicket {
+		t.Fatalf("parked %+v, %v", calls, err)
+	}
+}
+
+// A signal published before its wait was committed wakes it even when the
+// node that committed died before it could look: the sweep finds it.
+func TestSignalBeforeWaitAcrossCrash(t *testing.T) {
+	r := newRig(t)
+	conn := r.conn()
+	first := parkedNode(t, r, "first", false, withBoundary(func(name string) error {
+		if name == "after-commit" {
+			conn.Close()
+			return errCrash
+		}
+		return nil
+	}))
+	_ = first
+	if _, _, err := first.Streams().Publish(r.ctx, streams.Publication{Subject: "lash.signal.deploy.8", Data: []byte(`{"go":true}`)}); err != nil {
+		t.Fatal(err)
+	}
+	s := first.Session("early")
+	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "deploy"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Run(r.ctx); err == nil {
+		t.Fatal("the first node should have died after its commit")
+	}
+	second := parkedNode(t, r, "second", true)
+	if res := lastAnswer(t, second.Session("early")); res.Text != `{"go":true}` {
+		t.Fatalf("the wait's result %q", res.Text)
 	}
 }

@@ -15,6 +15,13 @@ import (
 	"github.com/lash-run/lash/tools"
 )
 
+// The built-in tools' names.
+const (
+	SleepTool    = "sleep"
+	ApprovalTool = "wait_for_approval"
+	SignalTool   = "wait_for_signal"
+)
+
 // Ticket prefixes. A ticket is "<kind> <argument>".
 const (
 	SleepTicket    = "sleep-until"
@@ -63,7 +70,7 @@ const MaxSleep = 30 * 24 * time.Hour
 // the call first runs. The ticket, and so the wake time, is journaled with
 // the call's outcome: a replay sleeps until the same moment.
 func Sleep(now func() time.Time) tools.Tool {
-	t, err := tools.Func("sleep", "Wait durably for a number of seconds before going on. The wait survives restarts and costs nothing while it lasts.",
+	t, err := tools.Func(SleepTool, "Wait durably for a number of seconds before going on. The wait survives restarts and costs nothing while it lasts.",
 		func(ctx context.Context, a struct {
 			Seconds float64 `json:"seconds" jsonschema:"how long to wait, in seconds"`
 		}) (string, error) {
@@ -87,7 +94,7 @@ func Sleep(now func() time.Time) tools.Tool {
 // operator decides it (lash-admin decide). Resumed without a payload, it
 // answers "approved"; a payload given with the decision is the answer.
 func Approval() tools.Tool {
-	t, err := tools.Func("wait_for_approval", "Ask a human to approve something and wait until they decide. Returns their answer.",
+	t, err := tools.Func(ApprovalTool, "Ask a human to approve something and wait until they decide. Returns their answer.",
 		func(ctx context.Context, a struct {
 			Request string `json:"request" jsonschema:"what needs approval, as the human will read it"`
 		}) (string, error) {
@@ -111,7 +118,7 @@ func Approval() tools.Tool {
 // Signal is the "wait_for_signal" tool: it parks the call until a signal is
 // published on <prefix>.signal.<name>; the signal's payload is the answer.
 func Signal(prefix string) tools.Tool {
-	t, err := tools.Func("wait_for_signal", "Wait until an external signal arrives and return its payload. Signals are published by other systems under a name.",
+	t, err := tools.Func(SignalTool, "Wait until an external signal arrives and return its payload. Signals are published by other systems under a name.",
 		func(ctx context.Context, a struct {
 			Name string `json:"name" jsonschema:"the signal's name: dot-separated tokens of letters, digits, '-' and '_'"`
 		}) (string, error) {
