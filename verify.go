@@ -82,7 +82,16 @@ func (i *Inspector) Verify(ctx context.Context, cfg turn.Config, session, turnID
 		}
 		body, err := sessionlog.DecodeTurnBody(le.entry.Body)
 		if err != nil {
-			continue
+			// The history after it is unknown: no later turn can be
+			// replayed against it.
+			note := fmt.Sprintf("the commit of %s at revision %d cannot be read: %v", le.entry.Turn, le.seq, err)
+			for _, e := range entries {
+				if e.seq >= le.seq && e.entry.Kind == sessionlog.KindCommit && (turnID == "" || e.entry.Turn == turnID) {
+					found = true
+					rep.Turns = append(rep.Turns, TurnVerdict{Turn: e.entry.Turn, Verdict: "unverifiable", Note: note})
+				}
+			}
+			break
 		}
 		if turnID == "" || le.entry.Turn == turnID {
 			found = true
@@ -121,6 +130,11 @@ func (i *Inspector) verifyTurn(ctx context.Context, cfg turn.Config, session, tu
 			v.Verdict = "diverged"
 			v.Divergence = &Divergence{Key: turnID, Detail: fmt.Sprintf("the input is refused now (%v) but was run then", err)}
 		}
+		return v, nil
+	}
+	if committed.Outcome.Termination.Code == "invalid_input" {
+		v.Verdict = "diverged"
+		v.Divergence = &Divergence{Key: turnID, Detail: "the input was refused then (" + committed.Outcome.Termination.Detail + ") but is accepted now"}
 		return v, nil
 	}
 	recs, err := i.journal.Load(ctx, session, turnID)
