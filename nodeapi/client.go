@@ -85,7 +85,7 @@ func (c *Client) Nodes(ctx context.Context) ([]Info, error) {
 		defer cancel()
 	}
 	inbox := c.nc.NewRespInbox()
-	msgs := make(chan *nats.Msg, 64)
+	msgs := make(chan *nats.Msg, 4096) // one answer per node
 	sub, err := c.nc.ChanSubscribe(inbox, msgs)
 	if err != nil {
 		return nil, fmt.Errorf("nodeapi: %w", err)

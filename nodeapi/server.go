@@ -140,7 +140,10 @@ func (s *Server) handler(endpoint string, handle func(context.Context, []byte) (
 		s.mu.Lock()
 		if s.stopped {
 			s.mu.Unlock()
-			return // the client retries on another node
+			// Delivered while the service drained: say so at once, so the
+			// caller asks again (another node answers) instead of waiting.
+			_ = r.Error(strconv.Itoa(CodeBusy), "node "+s.node.ID()+" is stopping; ask again", nil)
+			return
 		}
 		s.inflight.Add(1)
 		s.mu.Unlock()
