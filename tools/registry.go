@@ -47,7 +47,13 @@ func New() *Registry {
 // not 1 to 64 characters of [A-Za-z0-9_-] (ErrInvalidName), a name already
 // registered (ErrDuplicate), and a schema that is not a JSON object
 // (ErrInvalidSpec).
-func (r *Registry) Register(t Tool) error {
+func (r *Registry) Register(t Tool) error { return r.put(t, false) }
+
+// Replace registers t, in place of the tool with its name if there is one,
+// in one step: a call never finds the name missing meanwhile.
+func (r *Registry) Replace(t Tool) error { return r.put(t, true) }
+
+func (r *Registry) put(t Tool, replace bool) error {
 	if t == nil {
 		return fmt.Errorf("%w: nil tool", ErrInvalidSpec)
 	}
@@ -63,7 +69,7 @@ func (r *Registry) Register(t Tool) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.tools[spec.Name]; ok {
+	if _, ok := r.tools[spec.Name]; ok && !replace {
 		return fmt.Errorf("%w: %q is already registered", ErrDuplicate, spec.Name)
 	}
 	r.tools[spec.Name] = entry{tool: t, spec: spec}

@@ -28,6 +28,10 @@ type toolSet struct {
 	mu      sync.Mutex
 	builtin map[string]bool
 	remote  map[string]turn.ToolSpec
+	// missed counts the discoveries in a row that did not find a remote
+	// tool: one missed answer, a restart or a deploy must not take it away
+	// from turns that are calling it.
+	missed map[string]int
 	// known holds the problems logged already, so a bad endpoint is
 	// logged when it appears, not at every refresh.
 	known map[string]bool
@@ -35,7 +39,7 @@ type toolSet struct {
 
 func newToolSet(nc *nats.Conn, prefix string, log *slog.Logger, problem func()) (*toolSet, error) {
 	t := &toolSet{reg: tools.New(), nc: nc, prefix: prefix, log: log, problem: problem,
-		builtin: map[string]bool{}, remote: map[string]turn.ToolSpec{}, known: map[string]bool{}}
+		builtin: map[string]bool{}, remote: map[string]turn.ToolSpec{}, missed: map[string]int{}, known: map[string]bool{}}
 	if err := builtin.Register(t.reg, prefix, time.Now); err != nil {
 		return nil, err
 	}
@@ -45,10 +49,16 @@ func newToolSet(nc *nats.Conn, prefix string, log *slog.Logger, problem func()) 
 	return t, nil
 }
 
+// goneAfter is how many discoveries in a row must miss a remote tool before
+// it is removed. Until then a call waits for a server (natstool.NoServerWait).
+const goneAfter = 3
+
 // sync discovers the tools served over NATS and brings the registry in
-// line: new tools are registered, changed ones replaced, vanished ones
-// removed. Endpoints discovery leaves out are logged once each. A failed
-// discovery (no answer at all, the connection down) changes nothing.
+// line: new tools are registered, changed ones replaced, tools missed by
+// goneAfter discoveries in a row removed; a tool whose servers disagree
+// keeps what it had. Endpoints discovery leaves out are logged once each.
+// A failed discovery (no answer at all, the connection down) changes
+// nothing.
 func (t *toolSet) sync(ctx context.Context) error {
 	found, err := natstool.Discover(ctx, t.nc, t.prefix)
 	if err != nil && !errors.Is(err, natstool.ErrMalformed) && !errors.Is(err, natstool.ErrConflict) {
@@ -78,11 +88,7 @@ func (t *toolSet) sync(ctx context.Context) error {
 		if ok && old == spec {
 			continue
 		}
-		if ok {
-			t.reg.Remove(spec.Name)
-			delete(t.remote, spec.Name)
-		}
-		if err := t.reg.Register(tool); err != nil {
+		if err := t.reg.Replace(tool); err != nil {
 			problems[err.Error()] = true
 			continue
 		}
@@ -94,9 +100,14 @@ func (t *toolSet) sync(ctx context.Context) error {
 		}
 	}
 	for name := range t.remote {
-		if !seen[name] {
+		if seen[name] || conflicted(err, name) {
+			delete(t.missed, name)
+			continue
+		}
+		if t.missed[name]++; t.missed[name] >= goneAfter {
 			t.reg.Remove(name)
 			delete(t.remote, name)
+			delete(t.missed, name)
 			t.log.Info("tool gone", "tool", name)
 		}
 	}
@@ -133,3 +144,10 @@ func (t *toolSet) refresh(ctx context.Context, every time.Duration) {
 
 // count is how many tools the registry holds.
 func (t *toolSet) count() int { return t.reg.Len() }
+
+// conflicted reports whether discovery left name out because its servers
+// disagree: the tool is still served.
+func conflicted(err error, name string) bool {
+	var c *natstool.ConflictError
+	return errors.As(err, &c) && c.Name == name
+}

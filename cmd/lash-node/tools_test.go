@@ -126,7 +126,8 @@ func TestToolSync(t *testing.T) {
 	}
 }
 
-// A tool whose service stops is removed at the next sync.
+// A tool whose service stops stays registered (a call waits for a server)
+// until goneAfter syncs in a row have missed it.
 func TestToolSyncRemoves(t *testing.T) {
 	srv := testenv.RunJetStream(t)
 	ctx := context.Background()
@@ -146,13 +147,43 @@ func TestToolSyncRemoves(t *testing.T) {
 		t.Fatalf("tools %q", names(ts))
 	}
 	svc()
-	if err := ts.sync(ctx); err != nil {
-		t.Fatal(err)
+	for i := range goneAfter {
+		if got := names(ts); !slices.Contains(got, "ledger_append") {
+			t.Fatalf("after %d syncs without it: tools %q", i, got)
+		}
+		if err := ts.sync(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if got := names(ts); slices.Contains(got, "ledger_append") || !slices.Contains(got, "other_tool") {
 		t.Errorf("tools %q", got)
 	}
 	if !strings.Contains(logs.String(), "msg=\"tool gone\" tool=ledger_append") {
 		t.Errorf("logs:\n%s", logs)
+	}
+}
+
+// A tool whose servers come to disagree (a rolling deploy) keeps the
+// definition it had until they agree again.
+func TestToolSyncKeepsConflicted(t *testing.T) {
+	srv := testenv.RunJetStream(t)
+	ctx := context.Background()
+	ts, err := newToolSet(srv.Conn(t), "lash", slog.New(slog.NewTextHandler(&lockedBuffer{}, nil)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveTool(t, srv, "ledger-v1", "ledger_append", "append to the ledger")
+	if err := ts.sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	serveTool(t, srv, "ledger-v2", "ledger_append", "append to the ledger, v2")
+	for range goneAfter + 1 {
+		if err := ts.sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tool, ok := ts.reg.Get("ledger_append")
+	if !ok || tool.Spec().Description != "append to the ledger" {
+		t.Fatalf("ledger_append after the conflict: %v %+v", ok, tool)
 	}
 }

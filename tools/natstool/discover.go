@@ -79,8 +79,8 @@ func Discover(ctx context.Context, nc *nats.Conn, prefix string) ([]tools.Tool, 
 			}
 			if what := differ(f.spec, spec); what != "" {
 				f.clash = true
-				problems = append(problems, fmt.Errorf("%w: tool %q: services %s and %s differ in %s",
-					ErrConflict, name, serviceName(f.from), serviceName(info), what))
+				problems = append(problems, &ConflictError{Name: name,
+					Detail: fmt.Sprintf("services %s and %s differ in %s", serviceName(f.from), serviceName(info), what)})
 			}
 		}
 	}

@@ -135,3 +135,16 @@ func oneLine(s string) string {
 	}
 	return s
 }
+
+// ConflictError names a tool left out because its services disagree. It
+// matches ErrConflict.
+type ConflictError struct {
+	Name   string
+	Detail string
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("%v: tool %q: %s", ErrConflict, e.Name, e.Detail)
+}
+
+func (e *ConflictError) Unwrap() error { return ErrConflict }
