@@ -251,10 +251,11 @@ func (a *app) connect() error {
 		return err
 	}
 	a.nc = nc
-	c, err := streams.Open(a.ctx, nc, a.conn.Streams())
-	var se *streams.SchemaError
-	if errors.As(err, &se) && se.Field == "replicas" {
-		return fmt.Errorf("%w (set --replicas or %sREPLICAS to the deployment's)", err, envPrefix)
+	// Bind, not Open: an operator's command never creates a deployment,
+	// not even one pointed at the wrong server or prefix.
+	c, err := streams.Bind(a.ctx, nc, a.conn.Streams())
+	if errors.Is(err, streams.ErrNoDeployment) {
+		return fmt.Errorf("%w at %s (is a lash-node running there, with this --prefix?)", err, url)
 	}
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"encoding/base64"
 	"encoding/json"
 	"io"
@@ -541,9 +542,20 @@ func TestAdmin(t *testing.T) {
 		if dirs, _ := filepath.Glob(filepath.Join(home, "lash-admin", "*", "projection")); len(dirs) != 1 {
 			t.Errorf("default cache directories %v", dirs)
 		}
-		// The same cache on another deployment is folded again.
+		// On a server with no deployment lash-admin says so and creates
+		// nothing.
 		other := testenv.RunJetStream(t)
 		b := &admin{t: t, bin: a.bin, url: other.URL(), cache: a.cache}
+		if r := b.run("sessions", "ls"); r.code != 1 || !strings.Contains(r.stderr, "no lash deployment") {
+			t.Fatalf("lash-admin with no deployment: %+v", r)
+		}
+		if _, err := streams.Bind(context.Background(), other.Conn(t), streams.Config{}); !errors.Is(err, streams.ErrNoDeployment) {
+			t.Fatalf("lash-admin left a deployment behind: %v", err)
+		}
+		// The same cache on another deployment is folded again.
+		if _, err := streams.Open(context.Background(), other.Conn(t), streams.Config{}); err != nil {
+			t.Fatal(err)
+		}
 		var empty sessionsJSON
 		b.json(&empty, "sessions", "ls")
 		if len(empty.Sessions) != 0 {
