@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/lash-run/lash"
+	"github.com/lash-run/lash/leases"
 	"github.com/lash-run/lash/sessionlog"
 	"github.com/oklog/ulid/v2"
 )
@@ -173,6 +174,13 @@ func runDecide(a *app, args []string) error {
 		}
 		ids = append(ids, c.Call.ID)
 	}
+	// A running turn (--decision-wait) may hold the call parked, committed
+	// nowhere yet.
+	if running, err := a.running(id); err != nil {
+		return err
+	} else if running {
+		return a.appendInput(id)
+	}
 	if len(ids) == 0 {
 		return fmt.Errorf("session %s holds no call suspended, so none to decide (not %s)", id, call)
 	}
@@ -189,4 +197,22 @@ func runCancel(a *app, args []string) error {
 		return unknownSession(id)
 	}
 	return a.appendInput(id)
+}
+
+// running reports whether a node holds the session's lease: a turn runs.
+func (a *app) running(id string) (bool, error) {
+	key, err := leases.Key("sess", id)
+	if err != nil {
+		return false, err
+	}
+	hs, err := leases.New(a.client, leases.Owner{ID: "lash-admin"}).List(a.ctx, key)
+	if err != nil {
+		return false, err
+	}
+	for _, h := range hs {
+		if h.Key == key {
+			return true, nil
+		}
+	}
+	return false, nil
 }
