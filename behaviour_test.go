@@ -3,6 +3,7 @@ package lash
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -356,5 +357,34 @@ func TestStrayLogMessage(t *testing.T) {
 	}
 	if tr, err := s.Transcript(r.ctx); err != nil || len(tr) != 6 {
 		t.Fatalf("transcript %d, %v", len(tr), err)
+	}
+}
+
+// An unreadable input that comes while a turn runs is consumed by the
+// turn's next checkpoint, whose journal record names it.
+func TestBadInputAtCheckpoint(t *testing.T) {
+	r := newRig(t)
+	var n *Node
+	var garbage uint64
+	n = r.node("a", onceAt("before-record checkpoint", func() {
+		var err error
+		if garbage, _, err = n.log.AppendInput(r.ctx, "s1", "garbage", []byte("{not json")); err != nil {
+			t.Error(err)
+		}
+	}))
+	res, err := n.Session("s1").Turn("k1", Input{Text: "Weather?"}).Run(r.ctx)
+	if err != nil || res.Outcome.Termination.Reason != turn.NaturalEnd || res.Cursor != garbage {
+		t.Fatalf("turn %+v, %v", res, err)
+	}
+	js, err := NewInspector(n.Streams()).Journal(r.ctx, "s1", res.Turn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := false
+	for _, j := range js {
+		named = named || j.Kind == "checkpoint" && strings.Contains(j.Summary, fmt.Sprintf("refused input %d: lash: bad input", garbage))
+	}
+	if !named {
+		t.Fatalf("no checkpoint names the refused input: %+v", js)
 	}
 }

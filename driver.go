@@ -417,6 +417,7 @@ func (d *drive) arrived(ctx context.Context) (*answer, error) {
 		parsed, err := parseInput(in.Data)
 		if err != nil {
 			n.opts.logger.Warn("input passed over: it cannot be read", "session", d.s.id, "seq", in.Seq, "err", err)
+			a.Refused = append(a.Refused, fmt.Sprintf("input %d: %v", in.Seq, err))
 			return nil
 		}
 		t := parsed.toTurn()

@@ -233,6 +233,9 @@ func summarize(r *effectlog.Record) (string, time.Duration) {
 		s = "timed out"
 	default:
 		s = fmt.Sprintf("%d messages, %d decisions", len(a.Messages), len(a.Decisions))
+		if len(a.Refused) > 0 {
+			s += fmt.Sprintf("; refused %s", strings.Join(a.Refused, "; "))
+		}
 	}
 	return s, a.Took
 }

@@ -24,6 +24,9 @@ type answer struct {
 	// Took is how long performing the effect took, for operators; replay
 	// ignores it.
 	Took time.Duration `msgpack:"took,omitempty"`
+	// Refused names the inputs a checkpoint or wait consumed without taking
+	// them, and why, for operators.
+	Refused []string `msgpack:"refused,omitempty"`
 	// Request is the request as lines (renderRequest), so that verify can
 	// show how a changed request differs; replay ignores it.
 	Request string `msgpack:"req,omitempty"`
