@@ -24,7 +24,8 @@ const (
 	// EventCommitConflict: a commit was refused: fenced out, or a different
 	// commit for the same turn.
 	EventCommitConflict
-	// EventWake: a parked call was woken by a signal or a timer.
+	// EventWake: a parked call was woken by a signal or a timer; with Err
+	// set, a signal was refused (not JSON, too large) and woke nothing.
 	EventWake
 )
 

@@ -166,13 +166,15 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) (err error) {
 		log.Warn("stopping the node API", "err", err)
 	}
 	stopSide()
-	waking.Wait() // before Close: the waker reads the projection Close closes
 	dctx, cancel := context.WithTimeout(context.Background(), s.drainTimeout)
 	defer cancel()
 	closed = true
+	// Close takes no new work from here on, and stops the waker before it
+	// closes the projection the waker reads.
 	if err := node.Close(dctx); err != nil {
 		log.Warn("drain deadline passed: running turns were stopped; another node finishes them by replay", "err", err)
 	}
+	waking.Wait()
 	stopWork()
 	serving.Wait()
 	log.Info("drained")
