@@ -38,6 +38,10 @@ type Config struct {
 	OnRequest func(endpoint string, code int, took time.Duration)
 }
 
+// ProjectionWait bounds how long a request waits for the node's projection
+// to reach the stream's end.
+var ProjectionWait = 5 * time.Second
+
 // maxRequestBytes refuses a request without reading it: no input it could
 // carry fits in lash.MaxInputBytes.
 const maxRequestBytes = lash.MaxInputBytes + 64<<10
@@ -264,8 +268,12 @@ func (s *Server) head(ctx context.Context, session string) (*projector.SessionHe
 	if err != nil {
 		return nil, err
 	}
-	if err := s.proj.WaitFor(ctx, last); err != nil {
-		return nil, err
+	// Requests to one endpoint are handled one at a time: a projection
+	// that lags must not hold the queue for long.
+	wctx, cancel := context.WithTimeout(ctx, ProjectionWait)
+	defer cancel()
+	if err := s.proj.WaitFor(wctx, last); err != nil {
+		return nil, fmt.Errorf("the node's projection is behind the stream (at %d of %d): %w", s.proj.Applied(), last, err)
 	}
 	h, err := s.proj.Session(session)
 	if errors.Is(err, projector.ErrNotFound) {
