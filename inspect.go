@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lash-run/lash/effectlog"
+	"github.com/lash-run/lash/leases"
 	"github.com/lash-run/lash/sessionlog"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/turn"
@@ -71,6 +72,29 @@ func (i *Inspector) readLog(ctx context.Context, session string) ([]logEntry, er
 		return nil
 	})
 	return out, err
+}
+
+// Running reports whether a node holds the session's lease: a turn of it
+// runs now.
+func (i *Inspector) Running(ctx context.Context, session string) (bool, error) {
+	return sessionRunning(ctx, leases.New(i.c, leases.Owner{ID: "inspector"}), session)
+}
+
+func sessionRunning(ctx context.Context, m *leases.Manager, session string) (bool, error) {
+	key, err := leases.Key("sess", session)
+	if err != nil {
+		return false, fmt.Errorf("%w: %v", ErrBadInput, err)
+	}
+	hs, err := m.List(ctx, key)
+	if err != nil {
+		return false, err
+	}
+	for _, h := range hs {
+		if h.Key == key {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // ErrUnknownSession: the session has no log.

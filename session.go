@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/lash-run/lash/leases"
 	"github.com/lash-run/lash/sessionlog"
 	"github.com/lash-run/lash/turn"
 )
@@ -51,7 +50,7 @@ func (s *Session) Send(ctx context.Context, key string, in Input) (seq uint64, d
 			if !known && s.n.opts.machine.DecisionWait > 0 {
 				// A running turn may hold the call parked in its decision
 				// wait, committed nowhere yet.
-				if known, err = s.running(ctx); err != nil {
+				if known, err = sessionRunning(ctx, s.n.leases, s.id); err != nil {
 					return 0, false, err
 				}
 			}
@@ -61,24 +60,6 @@ func (s *Session) Send(ctx context.Context, key string, in Input) (seq uint64, d
 		}
 	}
 	return s.n.log.AppendInput(ctx, s.id, key, data)
-}
-
-// running reports whether a node holds the session's lease: it runs a turn.
-func (s *Session) running(ctx context.Context) (bool, error) {
-	key, err := leases.Key("sess", s.id)
-	if err != nil {
-		return false, err
-	}
-	hs, err := s.n.leases.List(ctx, key)
-	if err != nil {
-		return false, err
-	}
-	for _, h := range hs {
-		if h.Key == key {
-			return true, nil
-		}
-	}
-	return false, nil
 }
 
 // Decide sends a decision for a suspended tool call; key is its idempotency

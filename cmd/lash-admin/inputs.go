@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/lash-run/lash"
-	"github.com/lash-run/lash/leases"
 	"github.com/lash-run/lash/sessionlog"
 	"github.com/oklog/ulid/v2"
 )
@@ -176,7 +175,7 @@ func runDecide(a *app, args []string) error {
 	}
 	// A running turn (--decision-wait) may hold the call parked, committed
 	// nowhere yet.
-	if running, err := a.running(id); err != nil {
+	if running, err := lash.NewInspector(a.client).Running(a.ctx, id); err != nil {
 		return err
 	} else if running {
 		return a.appendInput(id)
@@ -197,22 +196,4 @@ func runCancel(a *app, args []string) error {
 		return unknownSession(id)
 	}
 	return a.appendInput(id)
-}
-
-// running reports whether a node holds the session's lease: a turn runs.
-func (a *app) running(id string) (bool, error) {
-	key, err := leases.Key("sess", id)
-	if err != nil {
-		return false, err
-	}
-	hs, err := leases.New(a.client, leases.Owner{ID: "lash-admin"}).List(a.ctx, key)
-	if err != nil {
-		return false, err
-	}
-	for _, h := range hs {
-		if h.Key == key {
-			return true, nil
-		}
-	}
-	return false, nil
 }
