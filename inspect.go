@@ -57,7 +57,7 @@ type logEntry struct {
 }
 
 // readLog reads a session's log; entries that cannot be read are passed
-// over, as the driver does.
+// over, as the driver does. An empty log is ErrUnknownSession.
 func (i *Inspector) readLog(ctx context.Context, session string) ([]logEntry, error) {
 	subj, err := i.c.Subjects().SessionEvents(session)
 	if err != nil {
@@ -71,6 +71,9 @@ func (i *Inspector) readLog(ctx context.Context, session string) ([]logEntry, er
 		}
 		return nil
 	})
+	if err == nil && len(out) == 0 {
+		err = fmt.Errorf("%w: %s", ErrUnknownSession, session)
+	}
 	return out, err
 }
 
@@ -105,9 +108,6 @@ func (i *Inspector) Turns(ctx context.Context, session string) ([]TurnSummary, e
 	entries, err := i.readLog(ctx, session)
 	if err != nil {
 		return nil, err
-	}
-	if len(entries) == 0 {
-		return nil, fmt.Errorf("%w: %s", ErrUnknownSession, session)
 	}
 	inputs, err := i.c.Subjects().SessionInputs(session)
 	if err != nil {
@@ -181,9 +181,6 @@ func (i *Inspector) Journal(ctx context.Context, session, turnID string) ([]Jour
 	entries, err := i.readLog(ctx, session)
 	if err != nil {
 		return nil, err
-	}
-	if len(entries) == 0 {
-		return nil, fmt.Errorf("%w: %s", ErrUnknownSession, session)
 	}
 	holders := map[uint64]string{}
 	committer := ""

@@ -66,9 +66,6 @@ func (i *Inspector) Verify(ctx context.Context, cfg turn.Config, session, turnID
 	if err != nil {
 		return nil, err
 	}
-	if len(entries) == 0 {
-		return nil, fmt.Errorf("%w: %s", ErrUnknownSession, session)
-	}
 	inputs, err := i.c.Subjects().SessionInputs(session)
 	if err != nil {
 		return nil, err

@@ -133,7 +133,7 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 			def = fmt.Sprintf(" (default %s)", f.DefValue)
 		}
 		fmt.Fprintln(w, head)
-		for _, line := range wrap(help+def, 72) {
+		for _, line := range cli.Wrap(help+def, 72) {
 			fmt.Fprintf(w, "      %s\n", line)
 		}
 	})
@@ -208,24 +208,4 @@ func (a *app) help(args []string) error {
 	}
 	a.commandUsage(a.stdout, c)
 	return errHelp
-}
-
-// wrap breaks text into lines of at most width characters at spaces.
-func wrap(text string, width int) []string {
-	var lines []string
-	line := ""
-	for _, word := range strings.Fields(text) {
-		if line != "" && len(line)+1+len(word) > width {
-			lines = append(lines, line)
-			line = ""
-		}
-		if line != "" {
-			line += " "
-		}
-		line += word
-	}
-	if line != "" {
-		lines = append(lines, line)
-	}
-	return lines
 }

@@ -61,7 +61,7 @@ func writeFlag(w io.Writer, f *flag.Flag, envPrefix string, aliases []string) {
 		notes += "; default " + def
 	}
 	fmt.Fprintf(w, "%s  (%s)\n", head, notes)
-	for _, line := range wrap(help, 72) {
+	for _, line := range Wrap(help, 72) {
 		fmt.Fprintf(w, "      %s\n", line)
 	}
 }
@@ -80,8 +80,8 @@ func isZeroFlag(f *flag.Flag) bool {
 	return ok && f.DefValue == v.String()
 }
 
-// wrap breaks text into lines of at most width characters at spaces.
-func wrap(text string, width int) []string {
+// Wrap breaks text into lines of at most width characters at spaces.
+func Wrap(text string, width int) []string {
 	var lines []string
 	line := ""
 	for _, word := range strings.Fields(text) {
