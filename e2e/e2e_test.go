@@ -141,6 +141,23 @@ func (d *deployment) committed(session, turn string) turns {
 	return ts
 }
 
+// waitToolRecorded waits until the turn's journal holds a tool call.
+func (d *deployment) waitToolRecorded(session, turnID string) {
+	d.t.Helper()
+	testenv.WaitFor(d.t, 30*time.Second, func() error {
+		var ef effects
+		if err := d.tryAdmin(&ef, "effects", session, turnID); err != nil {
+			return err
+		}
+		for _, e := range ef.Effects {
+			if e.Call != "" {
+				return nil
+			}
+		}
+		return fmt.Errorf("no tool call recorded yet: %+v", ef)
+	})
+}
+
 // toolServer starts the example tool server and waits until it can be
 // discovered.
 func (d *deployment) toolServer(extra ...string) (*proc, string) {
@@ -185,18 +202,7 @@ func killLeaseHolderMidTurn(t *testing.T, d *deployment) {
 	turnID := fmt.Sprintf("in-%d", seq)
 	// Wait for the tool call's record: the holder is now in the model call
 	// that follows it (the script delays it).
-	testenv.WaitFor(t, 30*time.Second, func() error {
-		var ef effects
-		if err := d.tryAdmin(&ef, "effects", "s1", turnID); err != nil {
-			return err
-		}
-		for _, e := range ef.Effects {
-			if e.Call != "" {
-				return nil
-			}
-		}
-		return fmt.Errorf("no tool call recorded yet: %+v", ef)
-	})
+	d.waitToolRecorded("s1", turnID)
 	victim := d.holder("s1")
 	nodes[victim].kill()
 	survivor := "node-a"
@@ -247,18 +253,7 @@ func TestToolServerCallSurvivesKills(t *testing.T) {
 	tool.waitLine("in_doubt=true", 30*time.Second)
 	// Once the retried call's result is recorded, kill the second node in
 	// the model call that follows.
-	testenv.WaitFor(t, 30*time.Second, func() error {
-		var ef effects
-		if err := d.tryAdmin(&ef, "effects", "s1", turnID); err != nil {
-			return err
-		}
-		for _, e := range ef.Effects {
-			if e.Call != "" {
-				return nil
-			}
-		}
-		return fmt.Errorf("no tool call recorded yet")
-	})
+	d.waitToolRecorded("s1", turnID)
 	second.kill()
 
 	d.node("node-c", ledgerScript)
