@@ -69,7 +69,7 @@ rule write
 
 rule answer
   when tools = 1
-  delay 2s
+  delay 3s
   say written
 `
 
