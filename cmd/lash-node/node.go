@@ -60,6 +60,11 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) (err error) {
 		}
 	}()
 
+	release, err := lockData(s.data)
+	if err != nil {
+		return err
+	}
+	cleanups = append(cleanups, release)
 	nc, err := connect(s, log, &cleanups)
 	if err != nil {
 		return err

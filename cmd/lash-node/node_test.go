@@ -296,3 +296,16 @@ func TestSecondSignalExits1(t *testing.T) {
 		t.Errorf("stderr:\n%s", p.stderr())
 	}
 }
+
+// A second node on the same --data stops before it starts a server on the
+// first one's JetStream files.
+func TestDataDirectoryIsLocked(t *testing.T) {
+	dir := t.TempDir()
+	script := writeFile(t, "node.script", nodeScript)
+	p := start(t, nil, "--script", script, "--data", dir, "--listen", "127.0.0.1:0", "--http", "off", "--log-format", "json")
+	p.log("lash-node running")
+	code, _, stderr := runOnce(t, nil, "--script", script, "--data", dir, "--listen", "127.0.0.1:0", "--http", "off")
+	if code != 1 || !strings.Contains(stderr, "another lash-node uses --data") || strings.Contains(stderr, "embedded NATS") {
+		t.Fatalf("second node on the same data: exit %d\n%s", code, stderr)
+	}
+}
