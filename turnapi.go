@@ -31,18 +31,21 @@ func (t *Turn) Stream(ctx context.Context, live func(LiveEvent)) (*TurnResult, e
 		if err != nil {
 			return nil, err
 		}
-		events := make(chan LiveEvent, 256)
-		sub, err := n.nc.Subscribe(subj, func(m *nats.Msg) {
-			var ev LiveEvent
-			if json.Unmarshal(m.Data, &ev) == nil {
-				select {
-				case events <- ev:
-				default: // a slow watcher loses live events, never the turn
-				}
-			}
-		})
+		// A channel subscription: the connection's reader puts each message
+		// in msgs as it reads it, so once a Flush returns every event
+		// published before it is in msgs, and none is lost at the end. A
+		// watcher that falls 4096 events behind loses events (the client's
+		// slow-consumer rule), never the turn.
+		msgs := make(chan *nats.Msg, 4096)
+		sub, err := n.nc.ChanSubscribe(subj, msgs)
 		if err != nil {
 			return nil, err
+		}
+		deliver := func(m *nats.Msg) {
+			var ev LiveEvent
+			if json.Unmarshal(m.Data, &ev) == nil {
+				live(ev)
+			}
 		}
 		done := make(chan struct{})
 		delivered := make(chan struct{})
@@ -50,13 +53,13 @@ func (t *Turn) Stream(ctx context.Context, live func(LiveEvent)) (*TurnResult, e
 			defer close(delivered)
 			for {
 				select {
-				case ev := <-events:
-					live(ev)
+				case m := <-msgs:
+					deliver(m)
 				case <-done:
 					for {
 						select {
-						case ev := <-events:
-							live(ev)
+						case m := <-msgs:
+							deliver(m)
 						default:
 							return
 						}
