@@ -1,7 +1,6 @@
 package nodeapi_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,24 +33,6 @@ default
   say Deployed.
 `
 
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type requestLog struct {
 	mu    sync.Mutex
 	codes map[string]int // "endpoint code" -> count
@@ -76,7 +57,7 @@ type apiRig struct {
 	node   *lash.Node
 	server *nodeapi.Server
 	client *nodeapi.Client
-	logs   *syncBuffer
+	logs   *testenv.Buffer
 	reqs   *requestLog
 }
 
@@ -98,7 +79,7 @@ func newAPIRig(t *testing.T, nodeID string, srv *testenv.Server) *apiRig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close(ctx) })
-	r := &apiRig{t: t, ctx: ctx, srv: srv, node: n, logs: &syncBuffer{}, reqs: &requestLog{codes: map[string]int{}}}
+	r := &apiRig{t: t, ctx: ctx, srv: srv, node: n, logs: &testenv.Buffer{}, reqs: &requestLog{codes: map[string]int{}}}
 	r.server, err = nodeapi.Start(n, nodeapi.Config{Version: "1.2.3",
 		Logger: slog.New(slog.NewTextHandler(r.logs, nil)), OnRequest: r.reqs.add})
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lash-run/lash/testenv"
 )
 
 // The tests run the real binary, built once per test run.
@@ -72,29 +74,11 @@ func cleanEnv(extra ...string) []string {
 	return append(env, extra...)
 }
 
-// lockedBuffer is an io.Writer safe for concurrent use.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // proc is a running lash-node whose stderr carries JSON logs.
 type proc struct {
 	t      *testing.T
 	cmd    *exec.Cmd
-	stdout lockedBuffer
+	stdout testenv.Buffer
 	mu     sync.Mutex
 	logs   []map[string]any
 	raw    []string

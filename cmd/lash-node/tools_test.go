@@ -52,7 +52,7 @@ func names(ts *toolSet) []string {
 func TestToolSync(t *testing.T) {
 	srv := testenv.RunJetStream(t)
 	ctx := context.Background()
-	logs := &lockedBuffer{}
+	logs := &testenv.Buffer{}
 	problems := 0
 	ts, err := newToolSet(srv.Conn(t), "lash", slog.New(slog.NewTextHandler(logs, nil)), func() { problems++ })
 	if err != nil {
@@ -131,7 +131,7 @@ func TestToolSync(t *testing.T) {
 func TestToolSyncRemoves(t *testing.T) {
 	srv := testenv.RunJetStream(t)
 	ctx := context.Background()
-	logs := &lockedBuffer{}
+	logs := &testenv.Buffer{}
 	ts, err := newToolSet(srv.Conn(t), "lash", slog.New(slog.NewTextHandler(logs, nil)), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +168,7 @@ func TestToolSyncRemoves(t *testing.T) {
 func TestToolSyncKeepsConflicted(t *testing.T) {
 	srv := testenv.RunJetStream(t)
 	ctx := context.Background()
-	ts, err := newToolSet(srv.Conn(t), "lash", slog.New(slog.NewTextHandler(&lockedBuffer{}, nil)), nil)
+	ts, err := newToolSet(srv.Conn(t), "lash", slog.New(slog.NewTextHandler(&testenv.Buffer{}, nil)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

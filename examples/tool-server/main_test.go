@@ -40,7 +40,7 @@ func TestToolServer(t *testing.T) {
 	s := testenv.RunJetStream(t)
 	ledgerPath := filepath.Join(dir, "ledger.jsonl")
 	cmd := exec.Command(bin, "--nats", s.URL(), "--journal", ledgerPath, "--delay", "20ms")
-	var stderr lockedBuffer
+	var stderr testenv.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -159,12 +159,12 @@ func TestToolServer(t *testing.T) {
 }
 
 func TestRunRefusesBadFlags(t *testing.T) {
-	var stderr lockedBuffer
-	err := run(context.Background(), func() {}, []string{"--delay", "soon"}, &lockedBuffer{}, &stderr)
+	var stderr testenv.Buffer
+	err := run(context.Background(), func() {}, []string{"--delay", "soon"}, &testenv.Buffer{}, &stderr)
 	if err == nil || !strings.Contains(err.Error(), "invalid value") {
 		t.Errorf("err = %v", err)
 	}
-	if err := run(context.Background(), func() {}, []string{"extra"}, &lockedBuffer{}, &stderr); err == nil {
+	if err := run(context.Background(), func() {}, []string{"extra"}, &testenv.Buffer{}, &stderr); err == nil {
 		t.Error("an extra argument was accepted")
 	}
 }
@@ -192,23 +192,6 @@ func TestLedgerSurvivesCutShortLine(t *testing.T) {
 	if string(data) != want {
 		t.Errorf("ledger:\n%s\nwant:\n%s", data, want)
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 type lockedLines struct {
