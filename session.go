@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/lash-run/lash/sessionlog"
 	"github.com/lash-run/lash/turn"
@@ -94,33 +93,21 @@ type state struct {
 	usage     turn.Usage
 }
 
-// load folds the session's log, through its head as the leader reports it,
-// so it sees every commit acknowledged before the call. It reads the whole
-// log: the projection takes this over for long sessions.
-func (s *Session) load(ctx context.Context) (*state, error) {
-	head, err := s.n.log.Head(ctx, s.id)
-	if err != nil && !errors.Is(err, sessionlog.ErrMalformed) {
-		return nil, err
-	}
-	return s.loadThrough(ctx, head.Seq)
-}
+// load folds the session's log. A read of one subject goes at least
+// through the leader's last message (streams.Read), so it sees every commit
+// acknowledged before the call, even on a lagging follower. It reads the
+// whole log: the projection takes this over for long sessions.
+func (s *Session) load(ctx context.Context) (*state, error) { return s.fold(ctx) }
 
-// loadThrough folds the log and insists on reading at least through
-// revision rev: a read through a consumer on a replicated stream can lag
-// the leader, and a driver that missed a commit before its own fence would
-// run that turn again.
+// loadThrough is load, refusing a fold that stops before revision rev: a
+// driver that missed a commit before its own fence would run that turn
+// again.
 func (s *Session) loadThrough(ctx context.Context, rev uint64) (*state, error) {
-	for n := 0; ; n++ {
-		st, err := s.fold(ctx)
-		if err != nil || st.rev >= rev {
-			return st, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("lash: session %s: log read stops at %d, before %d: %w", s.id, st.rev, rev, ctx.Err())
-		case <-time.After(time.Duration(min(n+1, 20)) * 5 * time.Millisecond):
-		}
+	st, err := s.fold(ctx)
+	if err == nil && st.rev < rev {
+		err = fmt.Errorf("lash: session %s: log read stops at %d, before %d", s.id, st.rev, rev)
 	}
+	return st, err
 }
 
 func (s *Session) fold(ctx context.Context) (*state, error) {
