@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/lash-run/lash/projector"
-	"github.com/lash-run/lash/sessionlog"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/tools/builtin"
 	"github.com/lash-run/lash/turn"
@@ -262,18 +261,11 @@ func parkedIn(p *projector.Projector) ([]parkedCall, error) {
 	}
 	var out []parkedCall
 	for _, h := range heads {
-		if h.Suspended == 0 || h.LastTurn == "" {
-			continue
-		}
-		ti, err := p.Turn(h.Session, h.LastTurn)
+		calls, err := p.Suspended(&h)
 		if err != nil {
-			return nil, err
+			continue // the projection set the commit aside already
 		}
-		body, err := sessionlog.DecodeTurnBody(ti.Body)
-		if err != nil {
-			continue // the projection set it aside already
-		}
-		for _, sc := range body.Outcome.Suspended {
+		for _, sc := range calls {
 			if t, ok := parkedTicket(sc); ok {
 				out = append(out, parkedCall{session: h.Session, turn: h.LastTurn, call: sc.Call, ticket: t, pending: h.PendingInputs > 0})
 			}

@@ -586,3 +586,20 @@ func (p *Projector) Transcript(session string, from int) ([]TranscriptEntry, err
 	}
 	return out, nil
 }
+
+// Suspended returns the calls the session holds suspended, as its last
+// commit left them.
+func (p *Projector) Suspended(h *SessionHead) ([]turn.SuspendedCall, error) {
+	if h.Suspended == 0 || h.LastTurn == "" {
+		return nil, nil
+	}
+	info, err := p.Turn(h.Session, h.LastTurn)
+	if err != nil {
+		return nil, fmt.Errorf("session %s: last turn %s: %w", h.Session, h.LastTurn, err)
+	}
+	body, err := sessionlog.DecodeTurnBody(info.Body)
+	if err != nil {
+		return nil, fmt.Errorf("session %s: last turn %s: %w", h.Session, h.LastTurn, err)
+	}
+	return body.Outcome.Suspended, nil
+}

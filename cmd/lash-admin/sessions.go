@@ -6,8 +6,6 @@ import (
 	"io"
 
 	"github.com/lash-run/lash/projector"
-	"github.com/lash-run/lash/sessionlog"
-	"github.com/lash-run/lash/turn"
 )
 
 var sessionsLsCmd = &command{
@@ -120,28 +118,12 @@ func (a *app) head(id string) (*projector.Projector, *projector.SessionHead, err
 	return p, h, err
 }
 
-// suspended lists the calls a session's last commit left suspended.
-func suspended(p *projector.Projector, h *projector.SessionHead) ([]turn.SuspendedCall, error) {
-	if h.LastTurn == "" {
-		return nil, nil
-	}
-	info, err := p.Turn(h.Session, h.LastTurn)
-	if err != nil {
-		return nil, fmt.Errorf("session %s: last turn %s: %w", h.Session, h.LastTurn, err)
-	}
-	body, err := sessionlog.DecodeTurnBody(info.Body)
-	if err != nil {
-		return nil, fmt.Errorf("session %s: last turn %s: %w", h.Session, h.LastTurn, err)
-	}
-	return body.Outcome.Suspended, nil
-}
-
 func runSessionsShow(a *app, args []string) error {
 	p, h, err := a.head(args[0])
 	if err != nil {
 		return err
 	}
-	calls, err := suspended(p, h)
+	calls, err := p.Suspended(h)
 	if err != nil {
 		return err
 	}
