@@ -162,7 +162,7 @@ func runDecide(a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	calls, err := suspended(p, h)
+	calls, err := p.Suspended(h)
 	if err != nil {
 		return err
 	}
