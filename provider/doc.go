@@ -24,7 +24,23 @@
 // asked for it; its error unwraps to context.Canceled (or
 // context.DeadlineExceeded for the caller's own deadline), so errors.Is works.
 // lash retries retryable errors itself, through its durable Sleep, so
-// providers do not retry on their own.
+// providers do not retry on their own. A retryable Error may carry the
+// server's Retry-After as RetryAfter; CallError copies it into the
+// turn.CallError, and the turn machine sleeps at least that long before the
+// retry, within its Limits.MaxBackoff.
+//
+// A response larger than the provider accepts is terminal, with code
+// "response_too_large" (CodeTooLarge).
+//
+// # Secrets
+//
+// A model server may echo the request's credentials in an error body. A
+// provider passes every error it returns through Error.Redacted with its
+// own secrets (its API key), which replaces them, and any Authorization
+// value or bearer token, by "[redacted]" in the code, the message and the
+// text of the cause; the cause still unwraps, so errors.Is and errors.As
+// work. CallError, whose result is journaled, applies Redact again without
+// secrets, in case a provider forgot.
 //
 // # Tool messages
 //

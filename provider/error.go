@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/lash-run/lash/turn"
 )
@@ -28,6 +29,9 @@ const (
 	CodeStream = "stream_error"
 	// CodeBadResponse: the response could not be read as an answer. Terminal.
 	CodeBadResponse = "bad_response"
+	// CodeTooLarge: the response was longer than the provider accepts.
+	// Terminal: the same request would most likely get the same answer.
+	CodeTooLarge = "response_too_large"
 	// CodeInvalidRequest: the request cannot be sent as it is (no model, a
 	// tool schema that is not a JSON object, ...). Terminal.
 	CodeInvalidRequest = "invalid_request"
@@ -39,13 +43,16 @@ const (
 // server answered with, or 0 when there was no answer. Code is the server's
 // error code when it gave one (for example "rate_limit_exceeded"), otherwise
 // one of the Code constants or "http_<status>". Err is the cause, if any;
-// Error unwraps to it.
+// Error unwraps to it. RetryAfter is how long the server asked the caller to
+// wait before retrying (its Retry-After header), zero when it did not say;
+// it is set only on a retryable error.
 type Error struct {
-	Status    int
-	Code      string
-	Message   string
-	Retryable bool
-	Err       error
+	Status     int
+	Code       string
+	Message    string
+	Retryable  bool
+	RetryAfter time.Duration
+	Err        error
 }
 
 func (e *Error) Error() string {
@@ -111,9 +118,13 @@ func ContextError(err error) *Error {
 
 // CallError converts an error returned by a provider's Complete into the
 // turn machine's CallError. An *Error anywhere in err's chain keeps its
-// classification. Otherwise the end of a context is terminal (code
-// "canceled" or "deadline_exceeded"), and anything else is terminal with
-// code "internal". CallError(nil) is nil.
+// classification and its RetryAfter. Otherwise the end of a context is
+// terminal (code "canceled" or "deadline_exceeded"), and anything else is
+// terminal with code "internal". CallError(nil) is nil.
+//
+// The CallError is journaled, so its code and message pass through Redact
+// (without secrets: only a provider knows its own) even when the provider
+// has redacted them already.
 func CallError(err error) *turn.CallError {
 	if err == nil {
 		return nil
@@ -125,11 +136,15 @@ func CallError(err error) *turn.CallError {
 		if pe.Status != 0 {
 			msg = fmt.Sprintf("%d %s", pe.Status, msg)
 		}
-		return &turn.CallError{Retryable: pe.Retryable, Code: pe.Code, Message: msg}
+		ra := pe.RetryAfter
+		if !pe.Retryable || ra < 0 {
+			ra = 0
+		}
+		return &turn.CallError{Retryable: pe.Retryable, Code: Redact(pe.Code), Message: Redact(msg), RetryAfter: ra}
 	case errors.Is(err, context.Canceled):
-		return &turn.CallError{Code: CodeCanceled, Message: err.Error()}
+		return &turn.CallError{Code: CodeCanceled, Message: Redact(err.Error())}
 	case errors.Is(err, context.DeadlineExceeded):
-		return &turn.CallError{Code: CodeDeadlineExceeded, Message: err.Error()}
+		return &turn.CallError{Code: CodeDeadlineExceeded, Message: Redact(err.Error())}
 	}
-	return &turn.CallError{Code: CodeInternal, Message: err.Error()}
+	return &turn.CallError{Code: CodeInternal, Message: Redact(err.Error())}
 }

@@ -42,21 +42,26 @@ type Limits struct {
 	// Backoff is the sleep before retry attempt+1 after attempt failed.
 	// It must be a pure function. Default: 1s doubling, at most 30s.
 	Backoff func(attempt int) time.Duration
+	// MaxBackoff caps every retry sleep: Backoff's, and the longer wait a
+	// provider may ask for (CallError.RetryAfter), so a server cannot park
+	// a turn for an hour. Default DefaultMaxBackoff (30s).
+	MaxBackoff time.Duration
 }
 
 // Default limits.
 const (
 	DefaultMaxIterations = 25
 	DefaultMaxAttempts   = 3
+	DefaultMaxBackoff    = 30 * time.Second
 )
 
 // DefaultBackoff doubles from one second up to thirty.
 func DefaultBackoff(attempt int) time.Duration {
 	d := time.Second
-	for i := 1; i < attempt && d < 30*time.Second; i++ {
+	for i := 1; i < attempt && d < DefaultMaxBackoff; i++ {
 		d *= 2
 	}
-	return min(d, 30*time.Second)
+	return min(d, DefaultMaxBackoff)
 }
 
 func (c Config) withDefaults() Config {
@@ -68,6 +73,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Limits.Backoff == nil {
 		c.Limits.Backoff = DefaultBackoff
+	}
+	if c.Limits.MaxBackoff == 0 {
+		c.Limits.MaxBackoff = DefaultMaxBackoff
 	}
 	if c.GracePrompt == "" {
 		c.GracePrompt = DefaultGracePrompt
@@ -87,6 +95,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("turn: config: MaxToolFailures %d is negative", l.MaxToolFailures)
 	case l.MaxAttempts < 0:
 		return fmt.Errorf("turn: config: MaxAttempts %d is negative", l.MaxAttempts)
+	case l.MaxBackoff < 0:
+		return fmt.Errorf("turn: config: MaxBackoff %v is negative", l.MaxBackoff)
 	case c.DecisionWait < 0:
 		return errors.New("turn: config: DecisionWait is negative")
 	}

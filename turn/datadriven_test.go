@@ -69,6 +69,9 @@ func (h *harness) handle(t *testing.T, d *datadriven.TestData) string {
 		if d.HasArg("code") {
 			d.ScanArgs(t, "code", &e.Code)
 		}
+		if d.HasArg("retry-after") {
+			e.RetryAfter = scanDuration(t, d, "retry-after")
+		}
 		e.Message = strings.TrimSpace(d.Input)
 		return h.deliver(LLMResult{ID: h.id(d), Err: e})
 	case "results":
@@ -205,6 +208,8 @@ func scriptConfig(t *testing.T, d *datadriven.TestData) Config {
 			cfg.Limits.MaxToolFailures = atoi(t, a.Vals[0])
 		case "attempts":
 			cfg.Limits.MaxAttempts = atoi(t, a.Vals[0])
+		case "max-backoff":
+			cfg.Limits.MaxBackoff = scanDuration(t, d, "max-backoff")
 		case "decision-wait":
 			cfg.DecisionWait = time.Duration(atoi(t, a.Vals[0])) * time.Second
 		case "suspend":
@@ -264,6 +269,17 @@ func scriptConfig(t *testing.T, d *datadriven.TestData) Config {
 		}
 	}
 	return cfg
+}
+
+// scanDuration reads a command argument written as a Go duration ("5s").
+func scanDuration(t *testing.T, d *datadriven.TestData, key string) time.Duration {
+	var s string
+	d.ScanArgs(t, key, &s)
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		d.Fatalf(t, "%s: %v", key, err)
+	}
+	return v
 }
 
 func atoi(t *testing.T, s string) int {

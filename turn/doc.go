@@ -74,8 +74,12 @@
 // then iterates: stop rules (consecutive tool failures, token budget,
 // maximum iterations with one grace inference that has no tools), the
 // BeforeInference hook, a model call (retryable errors sleep and retry under
-// a new effect id with the same request), AfterInference, and either a tool
-// round or a before-finish checkpoint. A tool round gates each call through
+// a new effect id with the same request; the sleep is Limits.Backoff, or the
+// provider's CallError.RetryAfter when longer, capped at Limits.MaxBackoff),
+// AfterInference, and either a tool round or a before-finish checkpoint. A
+// response whose tool calls lack ids or names, repeat an id, reuse a
+// suspended call's id, or have an id or name longer than MaxIDBytes ends the
+// turn with CodeInvalidResponse. A tool round gates each call through
 // BeforeTool (allow, block with an error the model sees, or suspend on a
 // ticket), runs the allowed ones as one batch, answers every call in the
 // conversation in the order the model asked for them (a suspended call gets

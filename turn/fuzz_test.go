@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -103,6 +104,9 @@ var (
 	fuzzToolNames = []string{"read", "write", "approve", "danger", "ghost", ""}
 	fuzzOutputs   = []string{"ok", "stop", "waiting for input", ""}
 	fuzzCatalog   = []ToolSpec{{Name: "read"}, {Name: "write"}, {Name: "approve"}, {Name: "danger"}}
+	// fuzzLongID is one byte over MaxIDBytes: the model may send it, the
+	// machine must refuse it.
+	fuzzLongID = strings.Repeat("x", MaxIDBytes+1)
 )
 
 type fuzzInput struct {
@@ -574,14 +578,15 @@ func (d *fuzzDriver) valid(e Effect) Result {
 		case 0:
 			return LLMResult{ID: id, Response: &ModelResponse{Text: "answer", Finish: FinishStop, Usage: usage}}
 		case 3:
-			return LLMResult{ID: id, Err: &CallError{Retryable: true, Code: "429", Message: "slow down"}}
+			wait := pick(in, []time.Duration{0, 5 * time.Millisecond, time.Hour})
+			return LLMResult{ID: id, Err: &CallError{Retryable: true, Code: "429", Message: "slow down", RetryAfter: wait}}
 		case 4:
 			return LLMResult{ID: id, Err: &CallError{Code: "400", Message: "bad request"}}
 		}
 		resp := &ModelResponse{Text: pick(in, []string{"", "calling"}), Finish: FinishToolCalls, Usage: usage}
 		for n := 1 + in.intn(3); n > 0; n-- {
 			resp.ToolCalls = append(resp.ToolCalls, ToolCall{
-				ID:        pick(in, append(fuzzCallIDs, "")),
+				ID:        pick(in, append(fuzzCallIDs, "", fuzzLongID)),
 				Name:      pick(in, fuzzToolNames),
 				Arguments: fmt.Sprintf(`{"n":%d}`, in.intn(4)),
 			})

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // Errors returned by Deliver and Restore. Each is wrapped with detail; match
@@ -431,8 +433,12 @@ func (m *Machine) onLLM(r LLMResult) {
 	st := &m.st
 	if r.Err != nil {
 		if r.Err.Retryable && st.Attempt < m.cfg.Limits.MaxAttempts {
-			m.event(EventLLMRetry, "", fmt.Sprintf("attempt %d: %s", st.Attempt, describeCallError(r.Err)))
-			st.SleepFor = m.cfg.Limits.Backoff(st.Attempt)
+			detail := fmt.Sprintf("attempt %d: %s", st.Attempt, describeCallError(r.Err))
+			if r.Err.RetryAfter > 0 {
+				detail += fmt.Sprintf(" (retry after %v)", r.Err.RetryAfter)
+			}
+			m.event(EventLLMRetry, "", detail)
+			st.SleepFor = m.retrySleep(r.Err)
 			m.yield(phaseSleep)
 			return
 		}
@@ -473,6 +479,15 @@ func (m *Machine) onLLM(r LLMResult) {
 	}
 }
 
+// retrySleep is the wait before the next attempt: the backoff, or the
+// provider's Retry-After when that is longer, within [0, MaxBackoff]. It
+// reads only config and the journaled error, so a replay sleeps the same.
+func (m *Machine) retrySleep(e *CallError) time.Duration {
+	l := m.cfg.Limits
+	d := max(l.Backoff(m.st.Attempt), e.RetryAfter)
+	return max(0, min(d, l.MaxBackoff))
+}
+
 func describeCallError(e *CallError) string {
 	if e.Code == "" {
 		return e.Message
@@ -480,12 +495,23 @@ func describeCallError(e *CallError) string {
 	return e.Code + ": " + e.Message
 }
 
-// checkToolCalls refuses tool calls whose ids are empty, repeated, or clash
-// with a call the machine still tracks: decisions address calls by id.
+// MaxIDBytes is the longest id, and tool name, of a call the machine
+// accepts from a model. Both come from the model and end up in NATS subject
+// tokens and journal keys downstream, so their length must be bounded.
+const MaxIDBytes = 256
+
+// checkToolCalls refuses tool calls whose ids are empty, too long, repeated,
+// or clash with a call the machine still tracks (decisions address calls by
+// id), and calls whose tool names are empty or too long.
 func (m *Machine) checkToolCalls(calls []ToolCall) error {
 	seen := make(map[string]bool, len(calls))
 	for _, c := range calls {
+		// Length first: the other messages quote the id and name whole.
 		switch {
+		case len(c.ID) > MaxIDBytes:
+			return fmt.Errorf("tool call id %s is %d bytes, longer than %d", quotePrefix(c.ID), len(c.ID), MaxIDBytes)
+		case len(c.Name) > MaxIDBytes:
+			return fmt.Errorf("tool name %s is %d bytes, longer than %d", quotePrefix(c.Name), len(c.Name), MaxIDBytes)
 		case c.ID == "":
 			return fmt.Errorf("tool call to %q has no id", c.Name)
 		case c.Name == "":
@@ -499,6 +525,20 @@ func (m *Machine) checkToolCalls(calls []ToolCall) error {
 		seen[c.ID] = true
 	}
 	return nil
+}
+
+// quotePrefix quotes the start of an over-long string, so that a refusal
+// names it without copying all of it into the termination detail.
+func quotePrefix(s string) string {
+	const keep = 32
+	if len(s) <= keep {
+		return strconv.Quote(s)
+	}
+	cut := keep
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "..."
 }
 
 // startRound gates each call and yields the batch of those allowed to run.

@@ -1,5 +1,7 @@
 package turn
 
+import "time"
+
 // Result answers one effect, matched by EffectID. The set is closed; each
 // effect kind has its result type, and Cancel answers any of them.
 type Result interface {
@@ -22,11 +24,16 @@ type LLMResult struct {
 }
 
 // CallError is a failed model call. Retryable errors (rate limits, 5xx,
-// timeouts) are retried through Sleep up to Limits.MaxAttempts.
+// timeouts) are retried through Sleep up to Limits.MaxAttempts. RetryAfter
+// is the wait the provider asked for (an HTTP Retry-After), zero if none:
+// the retry sleeps at least that long, but never longer than
+// Limits.MaxBackoff. It travels inside the journaled result, so a replay
+// sleeps the same.
 type CallError struct {
-	Retryable bool   `msgpack:"r,omitempty"`
-	Code      string `msgpack:"c,omitempty"`
-	Message   string `msgpack:"m,omitempty"`
+	Retryable  bool          `msgpack:"r,omitempty"`
+	Code       string        `msgpack:"c,omitempty"`
+	Message    string        `msgpack:"m,omitempty"`
+	RetryAfter time.Duration `msgpack:"ra,omitempty"`
 }
 
 // ToolStatus is how one tool call came back.

@@ -55,6 +55,11 @@ type Config struct {
 	// HTTPClient, if not nil, sends the requests; by default a client on
 	// http.DefaultTransport does.
 	HTTPClient *http.Client
+	// MaxResponseBytes bounds the body of a response, the whole stream
+	// when streaming, as decoded by the transport. A longer one fails the
+	// call, terminal, with code provider.CodeTooLarge; the rest is not
+	// read. Zero means DefaultMaxResponseBytes (32 MiB).
+	MaxResponseBytes int64
 }
 
 // Validate checks the config; its errors wrap ErrInvalidConfig.
@@ -64,6 +69,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: negative Timeout %v", ErrInvalidConfig, c.Timeout)
 	case c.MaxRetries < 0:
 		return fmt.Errorf("%w: negative MaxRetries %d", ErrInvalidConfig, c.MaxRetries)
+	case c.MaxResponseBytes < 0:
+		return fmt.Errorf("%w: negative MaxResponseBytes %d", ErrInvalidConfig, c.MaxResponseBytes)
 	}
 	return nil
 }
@@ -83,6 +90,9 @@ func New(cfg Config) (*Client, error) {
 	}
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = DefaultBaseURL
+	}
+	if cfg.MaxResponseBytes == 0 {
+		cfg.MaxResponseBytes = DefaultMaxResponseBytes
 	}
 	hc := cfg.HTTPClient
 	if hc == nil {
@@ -107,8 +117,22 @@ func New(cfg Config) (*Client, error) {
 //
 // Errors are *Error, classified retryable or terminal (see the package
 // documentation); the end of ctx gives a terminal error that unwraps to
-// ctx.Err().
+// ctx.Err(). No error carries Config.APIKey or an Authorization value in
+// its text: a server may echo them back.
 func (c *Client) Complete(ctx context.Context, req turn.ModelRequest, onDelta func(text string)) (turn.ModelResponse, error) {
+	resp, err := c.complete(ctx, req, onDelta)
+	if err != nil {
+		// One exit for every failure, so none skips the redaction.
+		var e *Error
+		if !errors.As(err, &e) {
+			e = &Error{Code: provider.CodeInternal, Message: err.Error(), Err: err}
+		}
+		return turn.ModelResponse{}, e.Redacted(c.cfg.APIKey)
+	}
+	return resp, nil
+}
+
+func (c *Client) complete(ctx context.Context, req turn.ModelRequest, onDelta func(text string)) (turn.ModelResponse, error) {
 	params, err := c.params(req)
 	if err != nil {
 		return turn.ModelResponse{}, err
@@ -120,22 +144,24 @@ func (c *Client) Complete(ctx context.Context, req turn.ModelRequest, onDelta fu
 		defer cancel()
 	}
 	var (
-		resp turn.ModelResponse
-		raw  *http.Response
+		resp  turn.ModelResponse
+		raw   *http.Response
+		limit = &bodyLimit{max: c.cfg.MaxResponseBytes}
+		opts  = []option.RequestOption{option.WithResponseInto(&raw), option.WithMiddleware(limit.middleware)}
 	)
 	if onDelta == nil {
 		var cc *sdk.ChatCompletion
-		cc, err = c.chat.New(callCtx, params, option.WithResponseInto(&raw))
+		cc, err = c.chat.New(callCtx, params, opts...)
 		if err == nil {
 			resp, err = fromCompletion(cc, req)
 		}
 	} else {
 		params.StreamOptions.IncludeUsage = sdk.Bool(true)
-		stream := c.chat.NewStreaming(callCtx, params, option.WithResponseInto(&raw))
+		stream := c.chat.NewStreaming(callCtx, params, opts...)
 		resp, err = readStream(stream, req, onDelta)
 	}
 	if err != nil {
-		return turn.ModelResponse{}, c.classify(ctx, callCtx, err, raw)
+		return turn.ModelResponse{}, c.classify(ctx, callCtx, err, raw, limit)
 	}
 	return resp, nil
 }

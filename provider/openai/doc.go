@@ -61,6 +61,7 @@
 //	network timeout                            yes        timeout
 //	error event in the middle of a stream      yes        server's, or stream_error
 //	untrusted certificate, unknown host        no         connection
+//	response over Config.MaxResponseBytes      no         response_too_large
 //	response not readable as an answer         no         bad_response
 //	request not expressible (no model, ...)    no         invalid_request
 //	the caller's context ended                 no         canceled or deadline_exceeded
@@ -68,4 +69,21 @@
 // The caller's cancellation unwraps to ctx.Err(), so
 // errors.Is(err, context.Canceled) holds. CallError converts any error from
 // Complete into the turn machine's *turn.CallError.
+//
+// A retryable error's RetryAfter is the server's wait: retry-after-ms when
+// present (OpenAI sends it), otherwise Retry-After in seconds or as an HTTP
+// date, at most a day; a date already past is no wait. The turn machine
+// sleeps at least that long before retrying, within its MaxBackoff.
+//
+// A response body, or the whole of a stream, longer than
+// Config.MaxResponseBytes (default 32 MiB) ends the call with
+// response_too_large, which unwraps to ErrResponseTooLarge; the rest of the
+// body is not read.
+//
+// No error carries Config.APIKey: Complete replaces it, any Authorization
+// value and any bearer token by "[redacted]" in the error's code, message
+// and cause's text (provider.Error.Redacted), because servers echo them in
+// error bodies. The cause still unwraps, to the SDK's own *Error for
+// instance, whose fields hold the raw request and response: inspect them,
+// do not log them.
 package openai

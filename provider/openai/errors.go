@@ -8,11 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	sdk "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/ssestream"
@@ -26,12 +29,25 @@ var ErrTimeout = errors.New("openai: request timed out")
 
 // classify turns whatever a call failed with into an *Error. ctx is the
 // caller's context, callCtx the one with the per-request timeout, raw the
-// HTTP response if one arrived.
-func (c *Client) classify(ctx, callCtx context.Context, err error, raw *http.Response) *Error {
+// HTTP response if one arrived, limit the call's cap on response bodies.
+func (c *Client) classify(ctx, callCtx context.Context, err error, raw *http.Response, limit *bodyLimit) *Error {
 	// The caller's cancellation comes first: whatever the transport made of
 	// it, the caller asked for the call to end.
 	if cerr := ctx.Err(); cerr != nil {
 		return provider.ContextError(cerr)
+	}
+	// A body cut at the cap fails as a status, JSON or stream error,
+	// depending on where the SDK was reading; the cap is the real cause.
+	if limit.hit.Load() || errors.Is(err, ErrResponseTooLarge) {
+		e := &Error{
+			Code:    provider.CodeTooLarge,
+			Message: fmt.Sprintf("the response is larger than the limit of %d bytes (Config.MaxResponseBytes)", limit.max),
+			Err:     ErrResponseTooLarge,
+		}
+		if raw != nil {
+			e.Status = raw.StatusCode
+		}
+		return e
 	}
 	if callCtx.Err() != nil && errors.Is(context.Cause(callCtx), ErrTimeout) {
 		return &Error{
@@ -54,13 +70,13 @@ func (c *Client) classify(ctx, callCtx context.Context, err error, raw *http.Res
 			e = statusError(apiErr.StatusCode, apiErr.Response)
 		}
 		e.Err = err
-		return shouldRetry(e, raw)
+		return retryAfter(shouldRetry(e, raw), raw, time.Now())
 	}
 	if raw != nil && raw.StatusCode >= 400 {
 		// An error status with a body the SDK could not read as an error.
 		e := statusError(raw.StatusCode, raw)
 		e.Err = err
-		return shouldRetry(e, raw)
+		return retryAfter(shouldRetry(e, raw), raw, time.Now())
 	}
 	var se *ssestream.StreamError
 	if errors.As(err, &se) {
@@ -141,6 +157,60 @@ func shouldRetry(e *Error, raw *http.Response) *Error {
 		e.Retryable = false
 	}
 	return e
+}
+
+// retryAfter sets how long a server asked to wait before a retry, from
+// Retry-After (delta-seconds or an HTTP date, RFC 9110) or OpenAI's
+// retry-after-ms, which is finer and wins. Only a retryable error carries
+// it: for a terminal one there is no retry to delay.
+func retryAfter(e *Error, raw *http.Response, now time.Time) *Error {
+	if raw == nil || !e.Retryable {
+		return e
+	}
+	if d, ok := parseRetryAfterMs(raw.Header.Get("retry-after-ms")); ok {
+		e.RetryAfter = d
+		return e
+	}
+	if d, ok := parseRetryAfter(raw.Header.Get("Retry-After"), now); ok {
+		e.RetryAfter = d
+	}
+	return e
+}
+
+// maxRetryAfter keeps a server's wait representable; the turn machine caps
+// it far lower anyway (turn.Limits.MaxBackoff).
+const maxRetryAfter = 24 * time.Hour
+
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseUint(v, 10, 64); err == nil {
+		if secs > uint64(maxRetryAfter/time.Second) {
+			return maxRetryAfter, true
+		}
+		return time.Duration(secs) * time.Second, true
+	} else if errors.Is(err, strconv.ErrRange) {
+		return maxRetryAfter, true
+	}
+	at, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	// A date already past asks for no wait.
+	return min(max(at.Sub(now), 0), maxRetryAfter), true
+}
+
+func parseRetryAfterMs(v string) (time.Duration, bool) {
+	ms, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+	if err != nil || math.IsNaN(ms) || ms < 0 {
+		return 0, false
+	}
+	if ms > float64(maxRetryAfter/time.Millisecond) {
+		return maxRetryAfter, true
+	}
+	return time.Duration(ms * float64(time.Millisecond)), true
 }
 
 // transportError classifies a failure without an HTTP status.
