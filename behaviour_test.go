@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lash-run/lash/effectlog"
 	"github.com/lash-run/lash/leases"
 	"github.com/lash-run/lash/provider/openai"
 	"github.com/lash-run/lash/provider/scripted"
@@ -179,25 +178,93 @@ func TestReplayAcrossRedeploy(t *testing.T) {
 		}
 	})
 	t.Run("system-prompt-changed", func(t *testing.T) {
+		// The node that began the turn is gone and no live node runs its
+		// settings: the turn can never finish. It is committed as failed
+		// once, by a run that fences once, and the model is not called.
 		r := newRig(t)
 		crashAt(t, r, "after-record llm-call")
 		second := r.node("second", WithMachine(turn.Config{Model: "scripted", System: "You are a different agent."}))
-		var err error
-		testenv.WaitFor(t, 20*time.Second, func() error {
-			_, err = second.Session("s1").Run(r.ctx)
-			if errors.Is(err, ErrBusy) {
-				return err
+		ctx, cancel := context.WithCancel(r.ctx)
+		served := make(chan error, 1)
+		go func() { served <- second.Serve(ctx) }()
+		defer func() { cancel(); <-served }()
+		var ts []TurnSummary
+		testenv.WaitFor(t, 30*time.Second, func() error {
+			if ts = turnsOf(t, second, "s1"); len(ts) != 1 {
+				return fmt.Errorf("turns %+v", ts)
 			}
 			return nil
 		})
-		var nd *effectlog.NondeterminismError
-		if !errors.As(err, &nd) || nd.Key.Kind != turn.KindLLMCall || nd.Recorded == nd.Current ||
-			!strings.Contains(err.Error(), nd.Key.String()) || !strings.Contains(err.Error(), "lash:nondeterminism") {
-			t.Fatalf("replay with another system prompt: %v", err)
+		if tt := ts[0]; !tt.Failed || tt.Termination.Code != FailSettingsChanged || tt.Settings != second.SettingsFingerprint() {
+			t.Fatalf("turn %+v", tt)
 		}
-		st, _ := second.Session("s1").load(r.ctx)
-		if len(st.turns) != 0 || r.models.Requests() != 1 {
-			t.Fatalf("commits %v, model requests %d", st.turns, r.models.Requests())
+		// A bounded look later: nothing more was fenced, committed or asked.
+		time.Sleep(3 * time.Second)
+		fences, commits := 0, 0
+		_, _, err := second.log.ReadEntries(r.ctx, "s1", 0, func(_ uint64, e *sessionlog.Entry) error {
+			switch e.Kind {
+			case sessionlog.KindFence:
+				fences++
+			case sessionlog.KindCommit:
+				commits++
+			}
+			return nil
+		})
+		if err != nil || fences != 2 || commits != 1 || r.models.Requests() != 1 {
+			t.Fatalf("fences %d, commits %d, model requests %d, %v", fences, commits, r.models.Requests(), err)
+		}
+	})
+	t.Run("left-to-a-matching-node", func(t *testing.T) {
+		// A live node runs the settings the turn began under: the node with
+		// other settings leaves it, fencing nothing, and that node finishes
+		// it by replay without asking the model again.
+		r := newRig(t)
+		crashAt(t, r, "after-record llm-call")
+		other := r.node("other", WithMachine(turn.Config{Model: "scripted", System: "You are a different agent."}))
+		same := r.node("same")
+		testenv.WaitFor(t, 20*time.Second, func() error {
+			_, err := other.Session("s1").Run(r.ctx)
+			if errors.Is(err, ErrBusy) {
+				return err // the crashed node's lease runs out first
+			}
+			if !errors.Is(err, ErrSettingsMismatch) {
+				t.Fatalf("a node with other settings, a matching node alive: %v", err)
+			}
+			return nil
+		})
+		res := runUntilFree(t, same.Session("s1"))
+		if len(res) != 1 || res[0].Outcome.Termination.Reason != turn.NaturalEnd || res[0].Replayed == 0 {
+			t.Fatalf("the matching node: %+v", res)
+		}
+		fences := 0
+		_, _, _ = same.log.ReadEntries(r.ctx, "s1", 0, func(_ uint64, e *sessionlog.Entry) error {
+			if e.Kind == sessionlog.KindFence {
+				fences++
+			}
+			return nil
+		})
+		if fences != 2 || r.models.Requests() != 2 {
+			t.Fatalf("fences %d (want the first node's and the matching node's), model requests %d", fences, r.models.Requests())
+		}
+	})
+	t.Run("nondeterminism-is-terminal", func(t *testing.T) {
+		// Same settings, other code (a hook the fingerprint cannot see):
+		// the replay asks another request, and the turn is committed as
+		// failed at once, naming the key and hashes, without a model call.
+		r := newRig(t)
+		crashAt(t, r, "after-record llm-call")
+		hook := turn.Hooks{BeforeInference: func(turn.View) turn.HookAction {
+			return turn.HookAction{Messages: []turn.Message{{Role: turn.RoleUser, Text: "be brief"}}}
+		}}
+		second := r.node("second", WithMachine(turn.Config{Model: "scripted", System: "You are a weather agent.", Hooks: hook}))
+		res := runUntilFree(t, second.Session("s1"))
+		if len(res) != 1 {
+			t.Fatalf("%d turns", len(res))
+		}
+		term := res[0].Outcome.Termination
+		if term.Reason != turn.Error || term.Code != FailNondeterminism || !strings.Contains(term.Detail, "lash:nondeterminism") ||
+			!strings.Contains(term.Detail, "llm-call") || r.models.Requests() != 1 {
+			t.Fatalf("termination %+v, model requests %d", term, r.models.Requests())
 		}
 	})
 }
@@ -213,7 +280,7 @@ func TestBadInput(t *testing.T) {
 		"empty":           {},
 		"unknown call":    {Decisions: []Decision{{ID: "d1", CallID: "call_9", Action: "resume"}}},
 		"unknown action":  {Decisions: []Decision{{ID: "d1", CallID: "call_9", Action: "maybe"}}},
-		"oversized input": {Text: strings.Repeat("x", MaxInputBytes+1)},
+		"oversized input": {Text: strings.Repeat("x", n.MaxInputBytes()+1)},
 	}
 	for name, in := range cases {
 		if _, _, err := s.Send(r.ctx, name, in); !errors.Is(err, ErrBadInput) {
@@ -224,16 +291,43 @@ func TestBadInput(t *testing.T) {
 	if last, err := n.Streams().LastSeq(r.ctx, streams.Sessions); err != nil || last != 0 {
 		t.Fatalf("refused inputs wrote something: last seq %d, %v", last, err)
 	}
-	// A program publishes garbage straight to the subject.
-	if _, _, err := n.Streams().Publish(r.ctx, streams.Publication{Subject: subj, Data: []byte("{not json")}); err != nil {
-		t.Fatal(err)
+	// A program publishes garbage straight to the subject, and JSON with
+	// more after it.
+	var garbage []uint64
+	for _, data := range []string{"{not json", `{"text":"hi"} xyz`} {
+		seq, _, err := n.Streams().Publish(r.ctx, streams.Publication{Subject: subj, Data: []byte(data)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		garbage = append(garbage, seq)
 	}
 	if _, _, err := n.Session("good").Send(r.ctx, "k", Input{Text: "Weather?"}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := s.Run(r.ctx)
-	if err != nil || len(res) != 1 || res[0].Outcome.Termination.Code != "invalid_input" || len(res[0].Outcome.Messages) != 0 {
-		t.Fatalf("malformed input: %+v, %v", res, err)
+	if err != nil || len(res) != 0 {
+		t.Fatalf("malformed input started a turn: %+v, %v", res, err)
+	}
+	// Each is consumed without a turn, by an entry that says why.
+	var refused []string
+	_, _, err = n.log.ReadEntries(r.ctx, "bad", 0, func(_ uint64, e *sessionlog.Entry) error {
+		if e.Kind == sessionlog.KindConsume {
+			b, err := sessionlog.DecodeConsumeBody(e.Body)
+			if err != nil {
+				return err
+			}
+			for _, u := range b.Inputs {
+				refused = append(refused, fmt.Sprintf("%d %s", u.Seq, u.Refused))
+			}
+		}
+		return nil
+	})
+	if err != nil || len(refused) != 2 || !strings.HasPrefix(refused[0], fmt.Sprint(garbage[0])+" lash: bad input") ||
+		!strings.Contains(refused[1], "more data after the input object") {
+		t.Fatalf("refusals on the log: %q, %v", refused, err)
+	}
+	if st, err := s.load(r.ctx); err != nil || st.cursor != garbage[1] {
+		t.Fatalf("cursor after the refusals: %+v, %v", st, err)
 	}
 	if good, err := n.Session("good").Run(r.ctx); err != nil || len(good) != 1 || good[0].Outcome.Termination.Reason != turn.NaturalEnd {
 		t.Fatalf("the other session: %+v, %v", good, err)

@@ -1,22 +1,28 @@
 package lash
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
+	"github.com/lash-run/lash/blobs"
 	"github.com/lash-run/lash/effectlog"
 	"github.com/lash-run/lash/leases"
 	"github.com/lash-run/lash/sessionlog"
+	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/turn"
 )
 
 // ErrLeaseLost: the node lost the session's lease while running a turn;
 // nothing of the turn was committed by this node.
 var ErrLeaseLost = errors.New("lash: session lease lost")
+
+// ErrSettingsMismatch: the session's next turn began under turn settings
+// this node does not run, and a live node runs them: that node replays it.
+var ErrSettingsMismatch = errors.New("lash: turn began under other turn settings")
 
 // TurnResult is one committed turn.
 type TurnResult struct {
@@ -32,17 +38,28 @@ type TurnResult struct {
 
 // Run runs the session's pending inputs as turns, one after another, until
 // none is left, and returns the turns it committed. It holds the session's
-// lease meanwhile; a session run elsewhere is ErrBusy.
+// lease meanwhile; a session run elsewhere is ErrBusy. A run that fails
+// returns an *AttemptError when the turn will be tried again.
 func (s *Session) Run(ctx context.Context) ([]TurnResult, error) {
+	results, _, err := s.run(ctx)
+	return results, err
+}
+
+// run is Run, also returning the session's input cursor when it stopped:
+// every input up to it is consumed.
+func (s *Session) run(ctx context.Context) ([]TurnResult, uint64, error) {
 	n := s.n
+	if err := streams.CheckID(s.id); err != nil {
+		return nil, 0, fmt.Errorf("%w: session: %v", ErrBadInput, err)
+	}
 	n.mu.Lock()
 	if n.closing {
 		n.mu.Unlock()
-		return nil, ErrClosed
+		return nil, 0, ErrClosed
 	}
 	if n.running[s.id] {
 		n.mu.Unlock()
-		return nil, fmt.Errorf("%w: %s runs on this node", ErrBusy, s.id)
+		return nil, 0, fmt.Errorf("%w: %s runs on this node", ErrBusy, s.id)
 	}
 	n.running[s.id] = true
 	n.runs.Add(1)
@@ -60,19 +77,19 @@ func (s *Session) Run(ctx context.Context) ([]TurnResult, error) {
 
 	key, err := leases.Key("sess", s.id)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	lease, err := n.leases.Claim(ctx, key, n.opts.leaseTTL)
 	if errors.Is(err, leases.ErrBusy) {
 		n.observe(Event{Kind: EventLeaseBusy, Session: s.id})
-		return nil, fmt.Errorf("%w: %v", ErrBusy, err)
+		return nil, 0, fmt.Errorf("%w: %v", ErrBusy, err)
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	n.observe(Event{Kind: EventLeaseClaimed, Session: s.id})
 	if err := s.boundary("lease"); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	renewed := make(chan struct{})
@@ -96,7 +113,7 @@ func (s *Session) Run(ctx context.Context) ([]TurnResult, error) {
 		cancel(nil)
 		<-renewed
 	}()
-	results, err := s.runTurns(ctx, lease)
+	results, cursor, err := s.runTurns(ctx, lease)
 	cancel(nil)
 	<-renewed
 	if rerr := n.leases.Release(context.WithoutCancel(ctx), lease); rerr != nil && !errors.Is(rerr, leases.ErrLost) {
@@ -109,70 +126,257 @@ func (s *Session) Run(ctx context.Context) ([]TurnResult, error) {
 		err = cause
 		n.observe(Event{Kind: EventLeaseLost, Session: s.id, Err: err})
 	}
-	if err != nil {
+	n.health.ran(err)
+	if err != nil && !errors.Is(err, ErrSettingsMismatch) {
 		n.observe(Event{Kind: EventTurnFailed, Session: s.id, Err: err})
 	}
-	return results, err
+	return results, cursor, err
 }
 
-func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResult, error) {
-	n := s.n
-	pos, err := n.log.Fence(ctx, s.id, lease.Token, n.runName)
+func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResult, uint64, error) {
+	st, err := s.load(ctx)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
+	}
+	next, err := s.nextInput(ctx, st.cursor)
+	if err != nil || next == nil {
+		// Nothing to run: no fence, so idle runs cost no attempt.
+		return nil, st.cursor, err
+	}
+	var f *failure
+	var recorded []*effectlog.Record
+	if st.attempts > 0 {
+		// Only a turn some run began can have a journal.
+		if f, recorded, err = s.checkSettings(ctx, next); err != nil {
+			return nil, st.cursor, err
+		}
+	}
+	pos, moved, err := s.fence(ctx, lease, st)
+	if err != nil {
+		return nil, st.cursor, err
+	}
+	if moved != nil {
+		// An older holder wrote since the read: start from what it left.
+		st, f, recorded = moved, nil, nil
+		if next, err = s.nextInput(ctx, st.cursor); err != nil || next == nil {
+			return nil, st.cursor, err
+		}
 	}
 	if err := s.boundary("fence"); err != nil {
+		return nil, st.cursor, err
+	}
+	attempt := st.attempts + 1
+	var results []TurnResult
+	for next != nil {
+		use, in, take := screen(st, nil, *next, true)
+		if !take {
+			if pos, err = s.consume(ctx, pos, st, use); err != nil {
+				return results, st.cursor, err
+			}
+		} else {
+			t := &turnRun{input: next, in: in, use: use, attempt: attempt, failure: f, recorded: recorded}
+			r, err := s.runTurn(ctx, pos, st, t)
+			if err != nil {
+				return results, st.cursor, err
+			}
+			pos = t.pos
+			results = append(results, *r)
+		}
+		attempt, f, recorded = 1, nil, nil
+		if next, err = s.nextInput(ctx, st.cursor); err != nil {
+			return results, st.cursor, err
+		}
+	}
+	return results, st.cursor, nil
+}
+
+// nextInput returns the first input after cursor, or nil.
+func (s *Session) nextInput(ctx context.Context, cursor uint64) (*sessionlog.Input, error) {
+	var next *sessionlog.Input
+	err := s.n.log.InputsAfter(ctx, s.id, cursor, func(in sessionlog.Input) error {
+		next = &in
+		return errStop
+	})
+	if err != nil && !errors.Is(err, errStop) {
 		return nil, err
 	}
-	st, err := s.loadThrough(ctx, pos.Seq())
+	return next, nil
+}
+
+// fence appends this holder's fence after the head st was read at. When
+// another write landed since, it reads the log again and returns the new
+// state as moved.
+func (s *Session) fence(ctx context.Context, lease *leases.Lease, st *state) (pos sessionlog.Position, moved *state, err error) {
+	n := s.n
+	for range 3 {
+		pos, err = n.log.FenceAfter(ctx, s.id, lease.Token, n.runName, st.rev, st.newest)
+		if !errors.Is(err, streams.ErrConflict) {
+			return pos, moved, err
+		}
+		if st, err = s.load(ctx); err != nil {
+			return pos, nil, err
+		}
+		moved = st
+	}
+	return pos, nil, fmt.Errorf("lash: session %s: fence: the log kept moving: %w", s.id, err)
+}
+
+// checkSettings looks at the journal of a turn some run began: a turn
+// begun under other settings is left to a live node that runs them (its
+// replay asks what was recorded); with none alive it can never finish and
+// is failed. It returns the records it read, for the turn to use.
+func (s *Session) checkSettings(ctx context.Context, next *sessionlog.Input) (*failure, []*effectlog.Record, error) {
+	n := s.n
+	recs, err := n.journal.Load(ctx, s.id, turnID(next.Seq))
+	if err != nil {
+		if f, ok := asFailure(err); ok {
+			return f, nil, nil
+		}
+		return nil, nil, err
+	}
+	var other []byte
+	for _, r := range recs {
+		if len(r.Settings) != 0 && !bytes.Equal(r.Settings, n.settings.fingerprint[:]) {
+			other = r.Settings
+			break
+		}
+	}
+	if other == nil {
+		return nil, recs, nil
+	}
+	nodes, err := n.leases.Nodes(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	want := hex.EncodeToString(other)
+	for _, h := range nodes {
+		if h.Owner.Settings == want {
+			n.observe(Event{Kind: EventSettingsMismatch, Session: s.id, Turn: turnID(next.Seq)})
+			return nil, nil, fmt.Errorf("%w: turn %s of session %s began under settings %s, which node %s runs; this node runs %s",
+				ErrSettingsMismatch, turnID(next.Seq), s.id, want[:12], h.Owner.ID, n.settings.short())
+		}
+	}
+	return &failure{code: FailSettingsChanged, err: fmt.Errorf("the turn began under turn settings %s, which no live node runs; this node runs %s",
+		want[:12], n.settings.short())}, nil, nil
+}
+
+// consume appends a consume entry for an input that starts no turn.
+func (s *Session) consume(ctx context.Context, pos sessionlog.Position, st *state, use sessionlog.InputUse) (sessionlog.Position, error) {
+	n := s.n
+	body := &sessionlog.ConsumeBody{Inputs: []sessionlog.InputUse{use}, InputCursor: use.Seq}
+	data, err := sessionlog.EncodeConsumeBody(body)
+	if err != nil {
+		return pos, err
+	}
+	if pos, err = n.log.Consume(ctx, pos, turnID(use.Seq), data); err != nil {
+		return pos, err
+	}
+	st.consume(body)
+	if use.Refused != "" {
+		n.opts.logger.Warn("input refused: consumed without a turn", "session", s.id, "seq", use.Seq, "reason", use.Refused)
+		n.observe(Event{Kind: EventInputRefused, Session: s.id, Err: errors.New(use.Refused)})
+	}
+	return pos, nil
+}
+
+// turnRun is one turn's run within a session run.
+type turnRun struct {
+	input   *sessionlog.Input
+	in      Input
+	use     sessionlog.InputUse
+	attempt int
+	// failure, when set, is committed instead of running the turn.
+	failure *failure
+	// recorded is the turn's journal, when it was read already.
+	recorded []*effectlog.Record
+	pos      sessionlog.Position
+}
+
+// turnID names the turn of an input: stable on every node.
+func turnID(input uint64) string { return fmt.Sprintf("in-%d", input) }
+
+// runTurn runs one turn and commits it, or commits it failed when it can
+// never succeed.
+func (s *Session) runTurn(ctx context.Context, pos sessionlog.Position, st *state, t *turnRun) (*TurnResult, error) {
+	n := s.n
+	id := turnID(t.input.Seq)
+	began := time.Now()
+	d := &drive{s: s, turn: id, cursor: t.input.Seq, inputs: []sessionlog.InputUse{t.use}}
+	f := t.failure
+	if f == nil && t.attempt > n.turnAttempts() {
+		f = &failure{code: FailAttempts, err: fmt.Errorf("%d runs began this turn and none finished it; the last stopped without a recorded cause (its node stopped or crashed)", t.attempt-1)}
+	}
+	var out turn.Outcome
+	if f == nil {
+		var err error
+		out, err = d.run(ctx, st, t.in, t.recorded)
+		if err != nil {
+			var ok bool
+			switch f, ok = asFailure(err); {
+			case ok:
+			case ctx.Err() != nil:
+				return nil, err // stopped from outside: the next holder goes on
+			case t.attempt >= n.turnAttempts():
+				f = &failure{code: FailAttempts, err: fmt.Errorf("attempt %d of %d: %w", t.attempt, n.turnAttempts(), err)}
+			default:
+				return nil, &AttemptError{Attempt: t.attempt, Err: err}
+			}
+		}
+	}
+	body := &sessionlog.TurnBody{Outcome: out, InputCursor: d.cursor, Inputs: d.inputs}
+	if f != nil {
+		body = failedBody(f, st, t)
+	}
+	if err := s.boundary("before-commit"); err != nil {
+		return nil, err
+	}
+	pos, err := s.commit(ctx, pos, id, body)
+	if f == nil && errors.Is(err, blobs.ErrTooLarge) {
+		f = &failure{code: FailTooLarge, err: err}
+		body = failedBody(f, st, t)
+		pos, err = s.commit(ctx, pos, id, body)
+	}
 	if err != nil {
 		return nil, err
 	}
-	var results []TurnResult
-	for {
-		var next *sessionlog.Input
-		err := n.log.InputsAfter(ctx, s.id, st.cursor, func(in sessionlog.Input) error {
-			next = &in
-			return errStop
-		})
-		if err != nil && !errors.Is(err, errStop) {
-			return results, err
-		}
-		if next == nil {
-			return results, nil
-		}
-		// The turn's id comes from its input's identity: stable on every node.
-		turnID := fmt.Sprintf("in-%d", next.Seq)
-		began := time.Now()
-		d := &drive{s: s, turn: turnID, cursor: next.Seq}
-		out, err := d.run(ctx, st, next)
-		if err != nil {
-			return results, err
-		}
-		body, err := sessionlog.EncodeTurnBody(&sessionlog.TurnBody{Outcome: out, InputCursor: d.cursor})
-		if err != nil {
-			return results, err
-		}
-		if err := s.boundary("before-commit"); err != nil {
-			return results, err
-		}
-		if pos, err = n.log.Commit(ctx, pos, turnID, body); err != nil {
-			var conflict *sessionlog.CommitConflictError
-			if errors.As(err, &conflict) || errors.Is(err, sessionlog.ErrFenced) {
-				n.observe(Event{Kind: EventCommitConflict, Session: s.id, Turn: turnID, Err: err})
-			}
-			return results, err
-		}
-		n.observe(Event{Kind: EventTurnCommitted, Session: s.id, Turn: turnID, Took: time.Since(began)})
-		if err := s.boundary("after-commit"); err != nil {
-			return results, err
-		}
-		b, _ := sessionlog.DecodeTurnBody(body)
-		st.apply(turnID, pos.Seq(), b)
-		s.wakeAfterCommit(ctx, turnID, out.Suspended)
-		results = append(results, TurnResult{Turn: turnID, Seq: pos.Seq(), Cursor: d.cursor, Outcome: out,
-			Executed: d.executed, Replayed: d.replayed})
+	t.pos = pos
+	if f != nil {
+		d.executed, d.replayed = 0, 0
+		n.opts.logger.Error("turn failed for good: committed as failed", "session", s.id, "turn", id, "code", f.code, "err", f.err)
+		n.observe(Event{Kind: EventTurnAborted, Session: s.id, Turn: id, Code: f.code, Err: f.err})
 	}
+	n.observe(Event{Kind: EventTurnCommitted, Session: s.id, Turn: id, Took: time.Since(began)})
+	if err := s.boundary("after-commit"); err != nil {
+		return nil, err
+	}
+	st.apply(id, pos.Seq(), body)
+	s.wakeAfterCommit(ctx, id, body.Outcome.Suspended)
+	return &TurnResult{Turn: id, Seq: pos.Seq(), Cursor: body.InputCursor, Outcome: body.Outcome,
+		Executed: d.executed, Replayed: d.replayed}, nil
+}
+
+// failedBody is the commit of a turn that failed: it consumes its own
+// input only, and keeps the session's suspended calls.
+func failedBody(f *failure, st *state, t *turnRun) *sessionlog.TurnBody {
+	return &sessionlog.TurnBody{Outcome: failedOutcome(f, st.suspended), InputCursor: t.input.Seq,
+		Inputs: []sessionlog.InputUse{t.use}}
+}
+
+func (s *Session) commit(ctx context.Context, pos sessionlog.Position, id string, body *sessionlog.TurnBody) (sessionlog.Position, error) {
+	n := s.n
+	data, err := sessionlog.EncodeTurnBody(body)
+	if err != nil {
+		return pos, err
+	}
+	next, err := n.log.Commit(ctx, pos, id, data)
+	if err != nil {
+		var conflict *sessionlog.CommitConflictError
+		if errors.As(err, &conflict) || errors.Is(err, sessionlog.ErrFenced) {
+			n.observe(Event{Kind: EventCommitConflict, Session: s.id, Turn: id, Err: err})
+		}
+		return pos, err
+	}
+	return next, nil
 }
 
 // boundaries names a point around an effect twice: by kind ("after-record
@@ -191,344 +395,4 @@ func (s *Session) boundary(name string) error {
 		return nil
 	}
 	return s.n.opts.boundary(name)
-}
-
-// drive runs one turn: every effect is answered from the journal when it
-// was recorded, and performed and recorded otherwise.
-type drive struct {
-	s        *Session
-	turn     string
-	cursor   uint64 // the last input this turn consumed
-	executed int
-	replayed int
-	mu       sync.Mutex
-	// recorded is the turn's journal as it stood when the turn started:
-	// one read instead of a lookup per effect. Effects recorded since by
-	// another node are found by Record, which returns the first record.
-	recorded map[turn.ReplayKey]*effectlog.Record
-}
-
-// lookup returns the recorded outcome of the effect at key, checking that
-// it was recorded for the same request.
-func (d *drive) lookup(key turn.ReplayKey, hash turn.Hash) (*effectlog.Record, error) {
-	rec, ok := d.recorded[key]
-	if !ok {
-		return nil, effectlog.ErrNotRecorded
-	}
-	if rec.Hash != hash {
-		return nil, &effectlog.NondeterminismError{Key: key, Recorded: rec.Hash, Current: hash}
-	}
-	return rec, nil
-}
-
-func (d *drive) run(ctx context.Context, st *state, input *sessionlog.Input) (turn.Outcome, error) {
-	n := d.s.n
-	// A bad input is consumed by a turn that records why it was refused
-	// and changes nothing else: the calls the session holds suspended stay
-	// suspended.
-	in, err := parseInput(input.Data)
-	if err == nil && in.Text == "" && !in.Cancel {
-		err = decisionsMatch(d.s.id, in.Decisions, st.suspended)
-	}
-	if err != nil {
-		return invalidInput(err, st.suspended), nil
-	}
-	m, err := turn.New(n.opts.machine, turn.Start{Session: d.s.id, Turn: d.turn,
-		History: st.history, Suspended: st.suspended, Input: in.toTurn()})
-	if err != nil {
-		return turn.Outcome{}, err
-	}
-	recs, err := n.journal.Load(ctx, d.s.id, d.turn)
-	if err != nil {
-		return turn.Outcome{}, err
-	}
-	d.recorded = make(map[turn.ReplayKey]*effectlog.Record, len(recs))
-	for _, r := range recs {
-		d.recorded[r.Key] = r
-	}
-	cancelNow := in.Cancel
-	for {
-		switch e := m.Next().(type) {
-		case *turn.Progress:
-			d.publish(LiveEvent{Type: "progress", Turn: d.turn, Messages: e.Messages, Events: e.Events})
-		case *turn.Emit:
-			d.publish(LiveEvent{Type: "emit", Turn: d.turn, Events: []turn.Event{e.Event}})
-		case *turn.Done:
-			return e.Outcome, nil
-		case *turn.ToolCalls:
-			results, err := d.toolCalls(ctx, e)
-			if err != nil {
-				return turn.Outcome{}, err
-			}
-			if err := m.Deliver(turn.ToolResults{ID: e.H.ID, Results: results}); err != nil {
-				return turn.Outcome{}, err
-			}
-		default:
-			if cancelNow {
-				// The turn's own input is a cancel: answer its first
-				// effect with it, journaled like any answer.
-				cancelNow = false
-				reason := "cancelled by input"
-				e = cancelled{e, reason}
-			}
-			r, err := d.effect(ctx, e)
-			if err != nil {
-				return turn.Outcome{}, err
-			}
-			if err := m.Deliver(r); err != nil {
-				return turn.Outcome{}, err
-			}
-		}
-	}
-}
-
-// invalidInput is the outcome of a turn that consumed an input it refused.
-func invalidInput(err error, suspended []turn.SuspendedCall) turn.Outcome {
-	return turn.Outcome{Status: turn.StatusDone, Suspended: suspended,
-		Termination: turn.Termination{Reason: turn.Error, Code: "invalid_input", Detail: err.Error()}}
-}
-
-// decisionsMatch refuses an input of decisions only, none of which names a
-// call the session holds suspended: it would start a turn with nothing to do.
-func decisionsMatch(session string, ds []Decision, suspended []turn.SuspendedCall) error {
-	var calls []string
-	for _, d := range ds {
-		for _, c := range suspended {
-			if c.Call.ID == d.CallID {
-				return nil
-			}
-		}
-		calls = append(calls, d.CallID)
-	}
-	return fmt.Errorf("%w: session %s holds none of the calls %q suspended (decided already, or never suspended)", ErrBadInput, session, calls)
-}
-
-// cancelled marks an effect to be answered with Cancel.
-type cancelled struct {
-	turn.Effect
-	reason string
-}
-
-// effect answers one effect from the journal or by performing it.
-func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) {
-	n := d.s.n
-	h := e.Head()
-	rec, err := d.lookup(h.Key, h.Hash)
-	if err == nil {
-		a, err := decodeAnswer(rec.Outcome.Data)
-		if err != nil {
-			return nil, err
-		}
-		d.cursor = max(d.cursor, a.Cursor)
-		d.replayed++
-		n.observe(Event{Kind: EventEffectReplayed, Session: d.s.id, Turn: d.turn, Effect: e.Kind().String()})
-		return a.result(e.Kind(), h.ID)
-	}
-	if !errors.Is(err, effectlog.ErrNotRecorded) {
-		return nil, err // nondeterminism among them: the turn stops here
-	}
-	if err := d.s.boundaries("before-record", e); err != nil {
-		return nil, err
-	}
-	var a *answer
-	began := time.Now()
-	if c, ok := e.(cancelled); ok {
-		a = &answer{Cancel: &c.reason}
-	} else if a, err = d.perform(ctx, e); err != nil {
-		return nil, err
-	}
-	a.Took = time.Since(began)
-	a.Request = renderRequest(e)
-	data, err := encodeAnswer(a)
-	if err != nil {
-		return nil, err
-	}
-	rec, _, err = n.journal.Record(ctx, h.Key, h.Hash, effectlog.Outcome{Data: data})
-	if err != nil {
-		return nil, err
-	}
-	if a, err = decodeAnswer(rec.Outcome.Data); err != nil { // the winner's answer
-		return nil, err
-	}
-	if err := d.s.boundaries("after-record", e); err != nil {
-		return nil, err
-	}
-	d.cursor = max(d.cursor, a.Cursor)
-	d.executed++
-	n.observe(Event{Kind: EventEffectExecuted, Session: d.s.id, Turn: d.turn, Effect: e.Kind().String(), Took: a.Took})
-	return a.result(e.Kind(), h.ID)
-}
-
-// perform does what an unrecorded effect asks.
-func (d *drive) perform(ctx context.Context, e turn.Effect) (*answer, error) {
-	n := d.s.n
-	switch e := e.(type) {
-	case *turn.SyncTools:
-		return &answer{Tools: n.opts.tools.Specs()}, nil
-	case *turn.LLMCall:
-		resp, err := n.opts.model.Complete(ctx, e.Request, nil)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil, context.Cause(ctx) // not the model's answer: record nothing
-			}
-			return &answer{CallErr: callError(err)}, nil
-		}
-		return &answer{Response: &resp}, nil
-	case *turn.Checkpoint:
-		return d.arrived(ctx)
-	case *turn.Sleep:
-		t := time.NewTimer(e.Duration)
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return nil, context.Cause(ctx)
-		case <-t.C:
-			return &answer{}, nil
-		}
-	case *turn.AwaitEvent:
-		deadline := time.Now().Add(e.Timeout)
-		for {
-			a, err := d.arrived(ctx)
-			if err != nil || len(a.Messages) > 0 || len(a.Decisions) > 0 {
-				return a, err
-			}
-			if !time.Now().Before(deadline) {
-				a.TimedOut = true
-				return a, nil
-			}
-			select {
-			case <-ctx.Done():
-				return nil, context.Cause(ctx)
-			case <-time.After(min(250*time.Millisecond, time.Until(deadline))):
-			}
-		}
-	}
-	return nil, fmt.Errorf("lash: cannot perform %s", e.Kind())
-}
-
-// arrived takes the inputs that came after the turn's cursor: their
-// messages and decisions are injected at the checkpoint, and the answer
-// records how far they go.
-func (d *drive) arrived(ctx context.Context) (*answer, error) {
-	n := d.s.n
-	a := &answer{Cursor: d.cursor}
-	err := n.log.InputsAfter(ctx, d.s.id, d.cursor, func(in sessionlog.Input) error {
-		a.Cursor = in.Seq
-		parsed, err := parseInput(in.Data)
-		if err != nil {
-			n.opts.logger.Warn("input passed over: it cannot be read", "session", d.s.id, "seq", in.Seq, "err", err)
-			a.Refused = append(a.Refused, fmt.Sprintf("input %d: %v", in.Seq, err))
-			return nil
-		}
-		t := parsed.toTurn()
-		a.Messages = append(a.Messages, t.Messages...)
-		a.Decisions = append(a.Decisions, t.Decisions...)
-		if parsed.Cancel && a.Cancel == nil {
-			reason := fmt.Sprintf("cancelled by input %d", in.Seq)
-			a.Cancel = &reason
-		}
-		return nil
-	})
-	return a, err
-}
-
-// LiveEvent is what a turn publishes, as JSON, on the session's live
-// subject (p.live.<session>) for UIs: ephemeral, never journaled.
-type LiveEvent struct {
-	Type     string         `json:"type"`
-	Turn     string         `json:"turn"`
-	Messages []turn.Message `json:"messages,omitempty"`
-	Events   []turn.Event   `json:"events,omitempty"`
-}
-
-func (d *drive) publish(ev LiveEvent) {
-	subj, err := d.s.n.client.Subjects().Live(d.s.id)
-	if err != nil {
-		return
-	}
-	data, err := json.Marshal(ev)
-	if err != nil {
-		return
-	}
-	// Best effort: live events are hints for watchers, not state.
-	_ = d.s.n.nc.Publish(subj, data)
-}
-
-// toolCalls answers a batch: calls recorded in the journal are not run
-// again; the others run in parallel and each outcome is recorded as it
-// comes.
-func (d *drive) toolCalls(ctx context.Context, batch *turn.ToolCalls) ([]turn.ToolResult, error) {
-	results := make([]turn.ToolResult, len(batch.Calls))
-	errs := make([]error, len(batch.Calls))
-	var wg sync.WaitGroup
-	for i, pc := range batch.Calls {
-		rec, err := d.lookup(pc.Key, pc.Hash)
-		if err == nil {
-			a, err := decodeAnswer(rec.Outcome.Data)
-			if err != nil || a.Result == nil {
-				return nil, fmt.Errorf("lash: journal record for %s holds no tool result: %v", pc.Key, err)
-			}
-			results[i] = *a.Result
-			d.replayed++
-			d.s.n.observe(Event{Kind: EventEffectReplayed, Session: d.s.id, Turn: d.turn, Effect: batch.Kind().String()})
-			continue
-		}
-		if !errors.Is(err, effectlog.ErrNotRecorded) {
-			return nil, err
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i], errs[i] = d.toolCall(ctx, pc)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return results, nil
-}
-
-func (d *drive) toolCall(ctx context.Context, pc turn.PendingCall) (turn.ToolResult, error) {
-	n := d.s.n
-	inDoubt, err := n.journal.InDoubt(ctx, pc.Key)
-	if err != nil {
-		return turn.ToolResult{}, err
-	}
-	attempt := 1
-	if inDoubt {
-		attempt = 2
-	}
-	if err := n.journal.Started(ctx, pc.Key, attempt); err != nil {
-		return turn.ToolResult{}, err
-	}
-	if err := d.s.boundary("before-record tool " + pc.Call.ID); err != nil {
-		return turn.ToolResult{}, err
-	}
-	began := time.Now()
-	res, err := n.runner.Invoke(ctx, pc, attempt, inDoubt)
-	if err != nil {
-		return turn.ToolResult{}, err // interrupted: record nothing
-	}
-	took := time.Since(began)
-	data, err := encodeAnswer(&answer{Result: &res, Took: took, Request: renderCall(pc)})
-	if err != nil {
-		return turn.ToolResult{}, err
-	}
-	rec, _, err := n.journal.Record(ctx, pc.Key, pc.Hash, effectlog.Outcome{Data: data})
-	if err != nil {
-		return turn.ToolResult{}, err
-	}
-	a, err := decodeAnswer(rec.Outcome.Data)
-	if err != nil || a.Result == nil {
-		return turn.ToolResult{}, fmt.Errorf("lash: journal record for %s holds no tool result: %v", pc.Key, err)
-	}
-	if err := d.s.boundary("after-record tool " + pc.Call.ID); err != nil {
-		return turn.ToolResult{}, err
-	}
-	d.mu.Lock()
-	d.executed++
-	d.mu.Unlock()
-	n.observe(Event{Kind: EventEffectExecuted, Session: d.s.id, Turn: d.turn, Effect: turn.KindToolCalls.String(), Took: took})
-	return *a.Result, nil
 }

@@ -2,18 +2,20 @@ package lash
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+
+	"github.com/lash-run/lash/sessionlog"
+	"github.com/lash-run/lash/streams"
 
 	"github.com/lash-run/lash/turn"
 )
 
 // ErrBadInput: an input cannot be read or makes no sense.
 var ErrBadInput = errors.New("lash: bad input")
-
-// MaxInputBytes caps one input message.
-const MaxInputBytes = 256 << 10
 
 // Input is what clients append to a session: a user message, decisions for
 // suspended tool calls, or both. On the wire it is JSON, so any language can
@@ -41,13 +43,13 @@ type Decision struct {
 
 func parseInput(data []byte) (Input, error) {
 	var in Input
-	if len(data) > MaxInputBytes {
-		return in, fmt.Errorf("%w: %d bytes, at most %d", ErrBadInput, len(data), MaxInputBytes)
-	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
 		return in, fmt.Errorf("%w: %v", ErrBadInput, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return in, fmt.Errorf("%w: more data after the input object", ErrBadInput)
 	}
 	if in.Text == "" && len(in.Decisions) == 0 && !in.Cancel {
 		return in, fmt.Errorf("%w: no text, decisions or cancel", ErrBadInput)
@@ -58,6 +60,49 @@ func parseInput(data []byte) (Input, error) {
 		}
 	}
 	return in, nil
+}
+
+// screen decides what an input is: one a turn takes (take), or one
+// consumed without being taken, because its key was used before (a
+// duplicate, or other content under the same key: refused) or it cannot be
+// read. At the start of a turn, decisions that name no suspended call are
+// refused too; at a checkpoint the machine passes over them. taken are the
+// inputs the turn took so far.
+func screen(st *state, taken []sessionlog.InputUse, in sessionlog.Input, start bool) (use sessionlog.InputUse, parsed Input, take bool) {
+	use = sessionlog.InputUse{Seq: in.Seq, Key: in.MsgID, Hash: sha256.Sum256(in.Data)}
+	refuse := func(format string, args ...any) (sessionlog.InputUse, Input, bool) {
+		use.Refused = fmt.Sprintf(format, args...)
+		return use, Input{}, false
+	}
+	if err := streams.CheckID(use.Key); use.Key != "" && err != nil {
+		use.Key = ""
+		return refuse("idempotency key of %d bytes: at most %d", len(in.MsgID), streams.MaxIDBytes)
+	}
+	if use.Key != "" {
+		prev, ok := st.keys[use.Key]
+		for _, t := range taken {
+			if !ok && t.Key == use.Key && t.Refused == "" && t.Duplicate == 0 {
+				prev, ok = keyUse{seq: t.Seq, hash: t.Hash}, true
+			}
+		}
+		switch {
+		case ok && prev.hash == use.Hash:
+			use.Duplicate = prev.seq
+			return use, Input{}, false
+		case ok:
+			return refuse("idempotency key %q was used by input %d for other content", use.Key, prev.seq)
+		}
+	}
+	parsed, err := parseInput(in.Data)
+	if err != nil {
+		return refuse("%v", err)
+	}
+	if start && parsed.Text == "" && !parsed.Cancel {
+		if err := decisionsMatch(st.id, parsed.Decisions, st.suspended); err != nil {
+			return refuse("%v", err)
+		}
+	}
+	return use, parsed, true
 }
 
 func (d Decision) toTurn() (turn.Decision, error) {
@@ -97,4 +142,19 @@ func (in Input) toTurn() turn.Input {
 		t.Decisions = append(t.Decisions, td)
 	}
 	return t
+}
+
+// decisionsMatch refuses an input of decisions only, none of which names a
+// call the session holds suspended: it would start a turn with nothing to do.
+func decisionsMatch(session string, ds []Decision, suspended []turn.SuspendedCall) error {
+	var calls []string
+	for _, d := range ds {
+		for _, c := range suspended {
+			if c.Call.ID == d.CallID {
+				return nil
+			}
+		}
+		calls = append(calls, d.CallID)
+	}
+	return fmt.Errorf("%w: session %s holds none of the calls %q suspended (decided already, or never suspended)", ErrBadInput, session, calls)
 }

@@ -2,6 +2,7 @@ package lash
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -19,11 +20,28 @@ import (
 type Inspector struct {
 	c       *streams.Client
 	journal *effectlog.Journal
+	log     *sessionlog.Log
 }
 
 // NewInspector reads the deployment c belongs to.
 func NewInspector(c *streams.Client) *Inspector {
-	return &Inspector{c: c, journal: effectlog.New(c)}
+	b := newBlobStore(c)
+	return &Inspector{c: c, journal: effectlog.New(c, effectlog.WithBlobs(b)), log: sessionlog.New(c, sessionlog.WithBlobs(b))}
+}
+
+// Settings reads the turn settings whose fingerprint (hex) fences, commits
+// and records carry.
+func (i *Inspector) Settings(ctx context.Context, fingerprint string) (Settings, error) {
+	return LoadSettings(ctx, i.c, fingerprint)
+}
+
+// body reads a commit's body, from the object store if need be.
+func (i *Inspector) body(ctx context.Context, e *sessionlog.Entry) (*sessionlog.TurnBody, error) {
+	data, err := i.log.Body(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	return sessionlog.DecodeTurnBody(data)
 }
 
 // TurnSummary is one committed turn as an operator sees it.
@@ -47,6 +65,10 @@ type TurnSummary struct {
 	Started   time.Time     `json:"started"`
 	Committed time.Time     `json:"committed"`
 	Duration  time.Duration `json:"duration"`
+	// Settings is the fingerprint (hex) of the turn settings the committer
+	// ran; Failed is set on a turn committed as failed.
+	Settings string `json:"settings,omitempty"`
+	Failed   bool   `json:"failed,omitempty"`
 }
 
 // logEntry is one readable entry of a session log with its stream time.
@@ -121,14 +143,15 @@ func (i *Inspector) Turns(ctx context.Context, session string) ([]TurnSummary, e
 		case sessionlog.KindFence:
 			holders[e.Token] = e.Owner
 		case sessionlog.KindCommit:
-			b, err := sessionlog.DecodeTurnBody(e.Body)
+			b, err := i.body(ctx, e)
 			if err != nil {
 				continue
 			}
 			ts := TurnSummary{Turn: e.Turn, Seq: le.seq, Cursor: b.InputCursor, Status: b.Outcome.Status.String(),
 				Termination: b.Outcome.Termination, Usage: b.Outcome.Usage, Iterations: b.Outcome.Iterations,
 				Messages: len(b.Outcome.Messages), Suspended: len(b.Outcome.Suspended),
-				Committer: holders[e.Token], Committed: le.at}
+				Committer: holders[e.Token], Committed: le.at, Settings: hex.EncodeToString(e.Settings),
+				Failed: failedTurn(&b.Outcome)}
 			if seq, ok := turnInput(e.Turn); ok {
 				ts.Input = seq
 				if m, err := i.c.NextOnSubject(ctx, inputs, seq); err == nil && m.Seq == seq {
@@ -140,6 +163,15 @@ func (i *Inspector) Turns(ctx context.Context, session string) ([]TurnSummary, e
 		}
 	}
 	return out, nil
+}
+
+// failedTurn reports whether a turn was committed as failed.
+func failedTurn(o *turn.Outcome) bool {
+	switch o.Termination.Code {
+	case FailNondeterminism, FailUnreadableJournal, FailInvalidResult, FailSettingsChanged, FailAttempts, FailTooLarge:
+		return o.Termination.Reason == turn.Error
+	}
+	return false
 }
 
 // turnInput reads the input sequence out of a turn id ("in-<seq>").

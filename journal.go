@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lash-run/lash/sessionlog"
 	"github.com/lash-run/lash/turn"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -30,6 +31,9 @@ type answer struct {
 	// Request is the request as lines (renderRequest), so that verify can
 	// show how a changed request differs; replay ignores it.
 	Request string `msgpack:"req,omitempty"`
+	// Inputs are the inputs a checkpoint, a wait or an interrupt consumed,
+	// with their keys, for the turn's commit.
+	Inputs []sessionlog.InputUse `msgpack:"in,omitempty"`
 }
 
 func encodeAnswer(a *answer) ([]byte, error) { return msgpack.Marshal(a) }

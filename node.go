@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lash-run/lash/blobs"
 	"github.com/lash-run/lash/effectlog"
 	"github.com/lash-run/lash/leases"
 	"github.com/lash-run/lash/projector"
@@ -44,6 +45,9 @@ type options struct {
 	concurrency int
 	observer    func(Event)
 	projection  string
+	// turnAttempts and settingsLabel: WithTurnAttempts, WithSettingsLabel.
+	turnAttempts  int
+	settingsLabel string
 }
 
 // WithConn uses an existing NATS connection.
@@ -99,6 +103,9 @@ type Node struct {
 	runName  string
 	proj     *projector.Projector
 	projDone chan struct{}
+	blobs    *blobs.Store
+	settings nodeSettings
+	health   health
 
 	mu      sync.Mutex
 	running map[string]bool // sessions this node is driving
@@ -162,12 +169,29 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 		return nil, err
 	}
 	n.client = c
-	n.log = sessionlog.New(c)
+	if err := streams.CheckID(o.nodeID); err != nil {
+		n.closeConn()
+		return nil, fmt.Errorf("lash: node id: %w", err)
+	}
+	if n.settings, err = newNodeSettings(SettingsOf(o.machine, o.settingsLabel)); err != nil {
+		n.closeConn()
+		return nil, err
+	}
+	// The settings go to the object store once, under their fingerprint:
+	// fences, commits and records name them.
+	if _, err := c.PutBlob(ctx, n.settings.json); err != nil {
+		n.closeConn()
+		return nil, fmt.Errorf("lash: storing the turn settings: %w", err)
+	}
+	n.blobs = newBlobStore(c)
+	fp := n.settings.fingerprint[:]
+	n.log = sessionlog.New(c, sessionlog.WithBlobs(n.blobs), sessionlog.WithSettings(fp))
 	n.owner = leases.LocalOwner(o.nodeID)
+	n.owner.Settings = n.settings.hex()
 	// Journal records and fences name the node and its incarnation, so an
 	// operator tells what a restarted node replayed from what it ran.
 	n.runName = o.nodeID + "/" + n.owner.Incarnation
-	n.journal = effectlog.New(c, effectlog.WithRecorder(n.runName))
+	n.journal = effectlog.New(c, effectlog.WithRecorder(n.runName), effectlog.WithBlobs(n.blobs), effectlog.WithSettings(fp))
 	n.leases = leases.New(c, n.owner)
 	n.runner = tools.NewRunner(o.tools, tools.WithDefaultTimeout(o.toolTime), tools.WithLogger(o.logger))
 	if err := n.leases.Beat(ctx, o.leaseTTL); err != nil {
@@ -186,8 +210,19 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 		n.proj, n.projDone = p, make(chan struct{})
 		go func() {
 			defer close(n.projDone)
-			if err := p.Run(bctx); err != nil && bctx.Err() == nil {
-				o.logger.Error("session projection stopped", "err", err)
+			// The projection is a cache every read of the node leans on: a
+			// fold that stops (a lost connection, an object store that
+			// does not answer) starts again from its cursor.
+			for wait := time.Second; bctx.Err() == nil; wait = min(2*wait, 30*time.Second) {
+				err := p.Run(bctx)
+				if bctx.Err() != nil {
+					return
+				}
+				o.logger.Error("session projection stopped; it starts again", "err", err, "in", wait)
+				select {
+				case <-bctx.Done():
+				case <-time.After(wait):
+				}
 			}
 		}()
 	}
@@ -279,3 +314,16 @@ func (n *Node) closeConn() {
 
 // callError maps a provider failure to the machine's CallError.
 func callError(err error) *turn.CallError { return provider.CallError(err) }
+
+// newBlobStore is the deployment's store of payloads by reference.
+func newBlobStore(c *streams.Client) *blobs.Store {
+	cfg := c.Config()
+	return blobs.New(c, blobs.Limits{Inline: cfg.InlineBytes, Max: cfg.MaxPayloadBytes})
+}
+
+func (n *Node) turnAttempts() int {
+	if n.opts.turnAttempts > 0 {
+		return n.opts.turnAttempts
+	}
+	return DefaultTurnAttempts
+}

@@ -27,10 +27,21 @@ const (
 	// EventWake: a parked call was woken by a signal or a timer; with Err
 	// set, a signal was refused (not JSON, too large) and woke nothing.
 	EventWake
+	// EventTurnAborted: a turn that can never succeed was committed as
+	// failed; Code says why (FailNondeterminism, ...), Err in full.
+	EventTurnAborted
+	// EventInputRefused: an input was consumed without a turn (unreadable,
+	// or its key used for other content), or set aside undelivered (a
+	// subject that names no session); Err says why.
+	EventInputRefused
+	// EventSettingsMismatch: a session's turn began under turn settings
+	// this node does not run; it was left to a node that runs them.
+	EventSettingsMismatch
 )
 
 var eventNames = [...]string{"", "turn_committed", "turn_failed", "effect_executed", "effect_replayed",
-	"lease_claimed", "lease_busy", "lease_lost", "commit_conflict", "wake"}
+	"lease_claimed", "lease_busy", "lease_lost", "commit_conflict", "wake", "turn_aborted", "input_refused",
+	"settings_mismatch"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k > 0 {
@@ -46,8 +57,10 @@ type Event struct {
 	Turn    string
 	// Effect is the effect's kind ("llm-call", "tool", ...) on effect events.
 	Effect string
-	Took   time.Duration
-	Err    error
+	// Code is a failed turn's code, on EventTurnAborted.
+	Code string
+	Took time.Duration
+	Err  error
 }
 
 // WithObserver calls f for every Event. f runs on the node's goroutines, so

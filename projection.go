@@ -1,10 +1,13 @@
 package lash
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	"github.com/lash-run/lash/projector"
+	"github.com/lash-run/lash/sessionlog"
 	"github.com/lash-run/lash/streams"
 )
 
@@ -12,8 +15,14 @@ import (
 // in dir. Inputs that fail CheckInput are set aside in its quarantine.
 func OpenProjection(dir string, c *streams.Client) (*projector.Projector, error) {
 	prefix := c.Config().Prefix
+	log := sessionlog.New(c, sessionlog.WithBlobs(newBlobStore(c)))
+	bodies := func(e *sessionlog.Entry) ([]byte, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		return log.Body(ctx, e)
+	}
 	return projector.Open(dir, c, projector.Config{Stream: streams.Sessions, Filter: prefix + ".sess.>",
-		Folds: []projector.Fold{projector.NewSessions(prefix, projector.WithInputCheck(CheckInput))}})
+		Folds: []projector.Fold{projector.NewSessions(prefix, projector.WithInputCheck(CheckInput), projector.WithBodies(bodies))}})
 }
 
 // CheckInput reports why data is not a readable input, or nil. A node

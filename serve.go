@@ -3,7 +3,6 @@ package lash
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
@@ -70,8 +69,12 @@ func (n *Node) Serve(ctx context.Context) error {
 func (n *Node) dispatch(ctx context.Context, dl *streams.Delivery, ackWait time.Duration) {
 	sid, err := n.client.Subjects().SessionOf(dl.Msg.Subject)
 	if err != nil {
-		n.opts.logger.Error("dispatched a message that names no session", "subject", dl.Msg.Subject, "err", err)
-		_ = dl.Ack() // nothing can ever run it
+		// Nothing derived from such a subject is ever published (its
+		// token could be too long for the protocol, or name another
+		// session's id): it is set aside, and the projection shows it.
+		n.opts.logger.Warn("input set aside: its subject names no session", "seq", dl.Msg.Seq, "err", err)
+		n.observe(Event{Kind: EventInputRefused, Err: err})
+		_ = dl.Ack()
 		return
 	}
 	// Long turns keep the delivery from coming back while they run.
@@ -89,29 +92,29 @@ func (n *Node) dispatch(ctx context.Context, dl *streams.Delivery, ackWait time.
 			}
 		}
 	}()
-	s := n.Session(sid)
-	_, err = s.Run(ctx)
-	if err == nil {
-		// Acknowledge only once a commit consumed this input: a run can end
-		// early when its read of the inputs lagged the stream.
-		st, lerr := s.load(ctx)
-		if lerr == nil && st.cursor < dl.Msg.Seq {
-			lerr = fmt.Errorf("input %d not consumed yet", dl.Msg.Seq)
-		}
-		if lerr != nil {
-			_ = dl.Retry(n.opts.leaseTTL / 4)
-			return
-		}
-	}
+	_, cursor, err := n.Session(sid).run(ctx)
+	var attempt *AttemptError
 	switch {
-	case err == nil:
+	case err == nil && cursor >= dl.Msg.Seq:
 		if err := dl.Ack(); err != nil {
 			n.opts.logger.Warn("ack of a dispatched input", "session", sid, "err", err)
 		}
+	case err == nil:
+		// A run can end before this input when its read of the inputs
+		// lagged the stream: the input comes back.
+		_ = dl.Retry(n.opts.leaseTTL / 4)
 	case errors.Is(err, ErrBusy):
 		_ = dl.Retry(n.opts.leaseTTL / 2)
 	case errors.Is(err, ErrClosed):
 		_ = dl.Retry(0) // for another node, at once
+	case errors.Is(err, ErrSettingsMismatch):
+		n.opts.logger.Info("session left to a node with its turn settings", "session", sid, "err", err)
+		_ = dl.Retry(n.opts.leaseTTL)
+	case errors.As(err, &attempt):
+		delay := retryDelay(attempt.Attempt)
+		n.opts.logger.Warn("session run failed; it will be tried again", "session", sid, "attempt", attempt.Attempt,
+			"of", n.turnAttempts(), "in", delay, "err", attempt.Err)
+		_ = dl.Retry(delay)
 	default:
 		if ctx.Err() == nil {
 			n.opts.logger.Warn("session run failed; it will be retried", "session", sid, "err", err)

@@ -2,11 +2,14 @@ package lash
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 
+	"github.com/lash-run/lash/blobs"
 	"github.com/lash-run/lash/sessionlog"
+	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/turn"
 )
 
@@ -24,15 +27,39 @@ func (s *Session) ID() string { return s.id }
 
 // Send appends input to the session, durably: from its return on, the input
 // is consumed by exactly one turn, whatever happens to the nodes. key is the
-// client's idempotency key: sending again with the same key within the
-// dedupe window returns the same revision with duplicate set.
+// client's idempotency key, at most streams.MaxIDBytes: an input with a key
+// the session has seen is not run again. Sent again with the same content
+// it returns the first input's revision with duplicate set (within
+// JetStream's dedupe window, or once the node's projection holds the first;
+// otherwise it is appended and consumed as a duplicate, without a turn). Sent
+// with other content it is a *KeyConflictError (ErrKeyConflict).
 func (s *Session) Send(ctx context.Context, key string, in Input) (seq uint64, duplicate bool, err error) {
+	n := s.n
+	if err := streams.CheckID(s.id); err != nil {
+		return 0, false, fmt.Errorf("%w: session: %v", ErrBadInput, err)
+	}
+	if err := streams.CheckID(key); err != nil {
+		return 0, false, fmt.Errorf("%w: idempotency key: %v", ErrBadInput, err)
+	}
 	data, err := json.Marshal(in)
 	if err != nil {
 		return 0, false, fmt.Errorf("%w: %v", ErrBadInput, err)
 	}
 	if _, err := parseInput(data); err != nil {
 		return 0, false, err
+	}
+	if limit := n.MaxInputBytes(); len(data) > limit {
+		return 0, false, fmt.Errorf("%w: input of %d bytes, at most %d", ErrBadInput, len(data), limit)
+	}
+	hash := sha256.Sum256(data)
+	if n.proj != nil {
+		// A key the projection holds consumed needs no append.
+		if first, ok, err := n.proj.InputKey(s.id, key); err == nil && ok {
+			if first.Hash != hash {
+				return 0, false, &KeyConflictError{Session: s.id, Key: key, Seq: first.Seq}
+			}
+			return first.Seq, true, nil
+		}
 	}
 	if len(in.Decisions) > 0 {
 		// A decision must name a call the session holds suspended; the
@@ -46,10 +73,10 @@ func (s *Session) Send(ctx context.Context, key string, in Input) (seq uint64, d
 			for _, c := range st.suspended {
 				known = known || c.Call.ID == d.CallID
 			}
-			if !known && s.n.opts.machine.DecisionWait > 0 {
+			if !known && n.opts.machine.DecisionWait > 0 {
 				// A running turn may hold the call parked in its decision
 				// wait, committed nowhere yet.
-				if known, err = sessionRunning(ctx, s.n.leases, s.id); err != nil {
+				if known, err = sessionRunning(ctx, n.leases, s.id); err != nil {
 					return 0, false, err
 				}
 			}
@@ -58,8 +85,43 @@ func (s *Session) Send(ctx context.Context, key string, in Input) (seq uint64, d
 			}
 		}
 	}
-	return s.n.log.AppendInput(ctx, s.id, key, data)
+	seq, duplicate, err = n.log.AppendInput(ctx, s.id, key, data)
+	if errors.Is(err, streams.ErrTooLarge) {
+		return 0, false, fmt.Errorf("%w: input of %d bytes with its headers is over the deployment's limit of %d", ErrBadInput, len(data), n.MaxInputBytes())
+	}
+	if err != nil || !duplicate {
+		return seq, duplicate, err
+	}
+	// JetStream deduped it within its window: by key alone.
+	first, err := n.log.InputAt(ctx, s.id, seq)
+	if err != nil {
+		return 0, false, err
+	}
+	if sha256.Sum256(first.Data) != hash {
+		return 0, false, &KeyConflictError{Session: s.id, Key: key, Seq: seq}
+	}
+	return seq, true, nil
 }
+
+// MaxInputBytes is the deployment's limit on one input message, headers
+// included: the SESSIONS stream refuses larger ones.
+func (n *Node) MaxInputBytes() int { return int(n.client.Config().MaxInputBytes) }
+
+// ErrKeyConflict: an idempotency key was used before for other content.
+var ErrKeyConflict = errors.New("lash: idempotency key used for other content")
+
+// KeyConflictError names the key and the input that used it first.
+type KeyConflictError struct {
+	Session string
+	Key     string
+	Seq     uint64
+}
+
+func (e *KeyConflictError) Error() string {
+	return fmt.Sprintf("lash: session %s: idempotency key %q was used by input %d for other content", e.Session, e.Key, e.Seq)
+}
+
+func (e *KeyConflictError) Unwrap() error { return ErrKeyConflict }
 
 // Decide sends a decision for a suspended tool call; key is its idempotency
 // key.
@@ -85,49 +147,92 @@ func (s *Session) Transcript(ctx context.Context) ([]turn.Message, error) {
 
 // state is a session as its committed log leaves it.
 type state struct {
-	rev       uint64 // the last revision read
+	id        string
+	rev       uint64 // the last revision read (the head a fence names)
+	newest    uint64 // the newest fencing token among the entries read
 	history   []turn.Message
 	suspended []turn.SuspendedCall
 	cursor    uint64
 	turns     map[string]uint64 // committed turn id -> revision
 	usage     turn.Usage
+	// keys are the idempotency keys of every input consumed, forever.
+	keys map[string]keyUse
+	// attempts counts fences since the last commit or consume: runs that
+	// began the next turn and did not finish it.
+	attempts int
+}
+
+// keyUse is the first input that used a key.
+type keyUse struct {
+	seq  uint64
+	hash [32]byte
 }
 
 // load folds the session's log. A read of one subject goes at least
 // through the leader's last message (streams.Read), so it sees every commit
 // acknowledged before the call, even on a lagging follower. It reads the
 // whole log: the projection takes this over for long sessions.
-func (s *Session) load(ctx context.Context) (*state, error) { return s.fold(ctx) }
-
-// loadThrough is load, refusing a fold that stops before revision rev: a
-// driver that missed a commit before its own fence would run that turn
-// again.
-func (s *Session) loadThrough(ctx context.Context, rev uint64) (*state, error) {
-	st, err := s.fold(ctx)
-	if err == nil && st.rev < rev {
-		err = fmt.Errorf("lash: session %s: log read stops at %d, before %d", s.id, st.rev, rev)
-	}
-	return st, err
-}
-
-func (s *Session) fold(ctx context.Context) (*state, error) {
-	st := &state{turns: map[string]uint64{}}
-	_, err := s.n.log.ReadEntries(ctx, s.id, 0, func(seq uint64, e *sessionlog.Entry) error {
-		st.rev = seq
-		if e.Kind != sessionlog.KindCommit {
-			return nil
+func (s *Session) load(ctx context.Context) (*state, error) {
+	st := &state{id: s.id, turns: map[string]uint64{}, keys: map[string]keyUse{}}
+	last, _, err := s.n.log.ReadEntries(ctx, s.id, 0, func(seq uint64, e *sessionlog.Entry) error {
+		st.newest = max(st.newest, e.Token)
+		switch e.Kind {
+		case sessionlog.KindFence:
+			st.attempts++
+		case sessionlog.KindCommit:
+			st.attempts = 0
+			b, err := s.body(ctx, seq, e)
+			if err != nil {
+				return err
+			}
+			if b == nil {
+				return nil
+			}
+			st.apply(e.Turn, seq, b)
+		case sessionlog.KindConsume:
+			st.attempts = 0
+			data, err := s.n.log.Body(ctx, e)
+			if err != nil {
+				return err
+			}
+			if b, err := sessionlog.DecodeConsumeBody(data); err == nil {
+				st.consume(b)
+			} else {
+				s.n.opts.logger.Error("session log entry passed over: unreadable", "session", s.id, "revision", seq, "err", err)
+			}
 		}
-		b, err := sessionlog.DecodeTurnBody(e.Body)
-		if err != nil {
-			return fmt.Errorf("session %s revision %d: %w", s.id, seq, err)
-		}
-		st.apply(e.Turn, seq, b)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
+	st.rev = last
 	return st, nil
+}
+
+// body reads a commit's body. A body that can never be read (its object
+// lost, or bytes this version cannot decode) is passed over, so that the
+// session goes on: the turn's messages are missing from the history, and the
+// cursor moves past the input the turn was named after. The projection sets
+// the commit aside where operators look.
+func (s *Session) body(ctx context.Context, seq uint64, e *sessionlog.Entry) (*sessionlog.TurnBody, error) {
+	data, err := s.n.log.Body(ctx, e)
+	if errors.Is(err, blobs.ErrMissing) || errors.Is(err, blobs.ErrCorrupt) || errors.Is(err, blobs.ErrTooLarge) {
+		data = nil
+	} else if err != nil {
+		return nil, err
+	}
+	b, derr := sessionlog.DecodeTurnBody(data)
+	if err == nil && derr == nil {
+		return b, nil
+	}
+	s.n.opts.logger.Error("turn passed over: its commit cannot be read", "session", s.id, "turn", e.Turn, "revision", seq,
+		"err", errors.Join(err, derr))
+	var in uint64
+	if _, perr := fmt.Sscanf(e.Turn, "in-%d", &in); perr == nil {
+		return &sessionlog.TurnBody{Outcome: turn.Outcome{Status: turn.StatusDone}, InputCursor: in}, nil
+	}
+	return nil, nil
 }
 
 func (st *state) apply(turnID string, seq uint64, b *sessionlog.TurnBody) {
@@ -136,6 +241,25 @@ func (st *state) apply(turnID string, seq uint64, b *sessionlog.TurnBody) {
 	st.suspended = b.Outcome.Suspended
 	st.cursor = max(st.cursor, b.InputCursor)
 	st.usage = st.usage.Add(b.Outcome.Usage)
+	st.remember(b.Inputs)
+}
+
+func (st *state) consume(b *sessionlog.ConsumeBody) {
+	st.cursor = max(st.cursor, b.InputCursor)
+	st.remember(b.Inputs)
+}
+
+// remember keeps the keys of consumed inputs; a refused input's key is
+// free for a later input, a taken one never is.
+func (st *state) remember(uses []sessionlog.InputUse) {
+	for _, u := range uses {
+		if u.Key == "" || u.Refused != "" {
+			continue
+		}
+		if _, ok := st.keys[u.Key]; !ok {
+			st.keys[u.Key] = keyUse{seq: u.Seq, hash: u.Hash}
+		}
+	}
 }
 
 // errStop ends a read early.

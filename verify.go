@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -58,10 +59,22 @@ type Divergence struct {
 
 // Verify replays the recorded turns of a session (or only turnID) through
 // a machine configured with cfg, feeding each effect its journaled outcome,
-// and reports where a request differs from the recorded one (a deploy that
-// would make replay fail with a nondeterminism error) or the outcome from
-// the committed one. It performs nothing.
+// and reports where a request differs from the recorded one (a deploy of
+// these settings would make replay fail with a nondeterminism error) or the
+// outcome from the committed one. It performs nothing.
 func (i *Inspector) Verify(ctx context.Context, cfg turn.Config, session, turnID string) (*VerifyReport, error) {
+	return i.verify(ctx, &cfg, turn.Hooks{}, session, turnID)
+}
+
+// VerifyRecorded is Verify with the settings each turn recorded (its
+// commit's fingerprint), with hooks for the code no fingerprint describes:
+// it checks this build's machine against what ran. A turn whose settings
+// cannot be read is unverifiable.
+func (i *Inspector) VerifyRecorded(ctx context.Context, hooks turn.Hooks, session, turnID string) (*VerifyReport, error) {
+	return i.verify(ctx, nil, hooks, session, turnID)
+}
+
+func (i *Inspector) verify(ctx context.Context, cfg *turn.Config, hooks turn.Hooks, session, turnID string) (*VerifyReport, error) {
 	entries, err := i.readLog(ctx, session)
 	if err != nil {
 		return nil, err
@@ -71,13 +84,21 @@ func (i *Inspector) Verify(ctx context.Context, cfg turn.Config, session, turnID
 		return nil, err
 	}
 	rep := &VerifyReport{Session: session}
-	st := &state{turns: map[string]uint64{}}
+	st := &state{id: session, turns: map[string]uint64{}, keys: map[string]keyUse{}}
 	found := false
 	for _, le := range entries {
+		if le.entry.Kind == sessionlog.KindConsume {
+			if data, err := i.log.Body(ctx, le.entry); err == nil {
+				if b, err := sessionlog.DecodeConsumeBody(data); err == nil {
+					st.consume(b)
+				}
+			}
+			continue
+		}
 		if le.entry.Kind != sessionlog.KindCommit {
 			continue
 		}
-		body, err := sessionlog.DecodeTurnBody(le.entry.Body)
+		body, err := i.body(ctx, le.entry)
 		if err != nil {
 			// The history after it is unknown: no later turn can be
 			// replayed against it.
@@ -92,8 +113,12 @@ func (i *Inspector) Verify(ctx context.Context, cfg turn.Config, session, turnID
 		}
 		if turnID == "" || le.entry.Turn == turnID {
 			found = true
-			v, err := i.verifyTurn(ctx, cfg, session, le.entry.Turn, inputs, st, body)
-			if err != nil {
+			var v TurnVerdict
+			if failedTurn(&body.Outcome) {
+				v = TurnVerdict{Turn: le.entry.Turn, Verdict: "failed", Note: "committed as failed: " + body.Outcome.Termination.String()}
+			} else if tcfg, err := i.turnConfig(ctx, cfg, hooks, le.entry); err != nil {
+				v = TurnVerdict{Turn: le.entry.Turn, Verdict: "unverifiable", Note: err.Error()}
+			} else if v, err = i.verifyTurn(ctx, tcfg, session, le.entry.Turn, inputs, st, body); err != nil {
 				return nil, err
 			}
 			rep.Turns = append(rep.Turns, v)
@@ -104,6 +129,24 @@ func (i *Inspector) Verify(ctx context.Context, cfg turn.Config, session, turnID
 		return nil, fmt.Errorf("%w: session %s has no committed turn %q", ErrBadInput, session, turnID)
 	}
 	return rep, nil
+}
+
+// turnConfig is cfg, or else the machine configuration a committed turn
+// ran under, as its commit's settings fingerprint names it, with hooks.
+func (i *Inspector) turnConfig(ctx context.Context, cfg *turn.Config, hooks turn.Hooks, e *sessionlog.Entry) (turn.Config, error) {
+	if cfg != nil {
+		return *cfg, nil
+	}
+	if len(e.Settings) == 0 {
+		return turn.Config{}, errors.New("the commit names no turn settings; verify it with the settings it ran under")
+	}
+	s, err := i.Settings(ctx, hex.EncodeToString(e.Settings))
+	if err != nil {
+		return turn.Config{}, err
+	}
+	c, err := s.Config()
+	c.Hooks = hooks
+	return c, err
 }
 
 func (i *Inspector) verifyTurn(ctx context.Context, cfg turn.Config, session, turnID, inputs string, st *state, committed *sessionlog.TurnBody) (TurnVerdict, error) {
@@ -123,15 +166,8 @@ func (i *Inspector) verifyTurn(ctx context.Context, cfg turn.Config, session, tu
 		err = decisionsMatch(session, in.Decisions, st.suspended)
 	}
 	if err != nil {
-		if committed.Outcome.Termination.Code != "invalid_input" {
-			v.Verdict = "diverged"
-			v.Divergence = &Divergence{Key: turnID, Detail: fmt.Sprintf("the input is refused now (%v) but was run then", err)}
-		}
-		return v, nil
-	}
-	if committed.Outcome.Termination.Code == "invalid_input" {
 		v.Verdict = "diverged"
-		v.Divergence = &Divergence{Key: turnID, Detail: "the input was refused then (" + committed.Outcome.Termination.Detail + ") but is accepted now"}
+		v.Divergence = &Divergence{Key: turnID, Detail: fmt.Sprintf("the input is refused now (%v) but was run then", err)}
 		return v, nil
 	}
 	recs, err := i.journal.Load(ctx, session, turnID)
@@ -180,8 +216,18 @@ func (i *Inspector) verifyTurn(ctx context.Context, cfg turn.Config, session, tu
 			}
 			return v, nil
 		case *turn.ToolCalls:
-			results := make([]turn.ToolResult, len(e.Calls))
-			for k, pc := range e.Calls {
+			var cancel *string
+			if rec, ok := recorded[e.H.Key]; ok {
+				// A cancelled round: the calls recorded before it stand.
+				if a, err := decodeAnswer(rec.Outcome.Data); err == nil && a.Cancel != nil {
+					cancel = a.Cancel
+				}
+			}
+			var results []turn.ToolResult
+			for _, pc := range e.Calls {
+				if _, ok := recorded[pc.Key]; !ok && cancel != nil {
+					continue
+				}
 				a, ok := answer(pc.Key, pc.Hash, renderCall(pc))
 				if !ok {
 					return v, nil
@@ -190,10 +236,17 @@ func (i *Inspector) verifyTurn(ctx context.Context, cfg turn.Config, session, tu
 					v.Verdict, v.Note = "unverifiable", fmt.Sprintf("%s holds no tool result", pc.Key)
 					return v, nil
 				}
-				results[k] = *a.Result
+				results = append(results, *a.Result)
 			}
-			if err := mach.Deliver(turn.ToolResults{ID: e.H.ID, Results: results}); err != nil {
-				return v, err
+			if len(results) > 0 {
+				if err := mach.Deliver(turn.ToolResults{ID: e.H.ID, Results: results}); err != nil {
+					return v, err
+				}
+			}
+			if cancel != nil {
+				if err := mach.Deliver(turn.Cancel{ID: e.H.ID, Reason: *cancel}); err != nil {
+					return v, err
+				}
 			}
 		default:
 			h := e.Head()

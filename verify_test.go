@@ -45,6 +45,12 @@ func TestVerify(t *testing.T) {
 		!strings.Contains(d.Diff, "+ message 0 system: You are a travel agent.") {
 		t.Fatalf("divergence %+v", d)
 	}
+	// With the settings each turn recorded, a verifier needs none: the
+	// node's model name and prompt come from the object store.
+	rep, err = in.VerifyRecorded(r.ctx, turn.Hooks{}, "s1", "")
+	if err != nil || !rep.OK() || len(rep.Turns) != 2 || rep.Turns[0].Verdict != "ok" || rep.Turns[1].Replayed < 2 {
+		t.Fatalf("verify with the recorded settings: %+v, %v", rep, err)
+	}
 	if _, err := in.Verify(r.ctx, cfg, "nobody", ""); err == nil {
 		t.Fatal("verify of an unknown session")
 	}

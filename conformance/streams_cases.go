@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -28,7 +29,7 @@ func testSchemaMismatch(t *testing.T, env Env) {
 		{"other-subjects", "subjects", func(ctx context.Context, js jetstream.JetStream, prefix string) (string, error) {
 			name := streamName(prefix, "SESSIONS")
 			_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{prefix + ".sessions.>"},
-				Storage: jetstream.FileStorage, Replicas: env.Replicas, Metadata: map[string]string{"lash.schema": "1"}})
+				Storage: jetstream.FileStorage, Replicas: env.Replicas, Metadata: map[string]string{"lash.schema": strconv.Itoa(streams.SchemaVersion)}})
 			return name, err
 		}},
 		{"other-schema-version", "schema version", func(ctx context.Context, js jetstream.JetStream, prefix string) (string, error) {
@@ -42,7 +43,7 @@ func testSchemaMismatch(t *testing.T, env Env) {
 		// decisions must not read from.
 		{"bucket-made-by-kv-api", "direct get", func(ctx context.Context, js jetstream.JetStream, prefix string) (string, error) {
 			_, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucketName(prefix), History: 1,
-				Storage: jetstream.FileStorage, Replicas: env.Replicas, Metadata: map[string]string{"lash.schema": "1"}})
+				Storage: jetstream.FileStorage, Replicas: env.Replicas, Metadata: map[string]string{"lash.schema": strconv.Itoa(streams.SchemaVersion)}})
 			return "KV_" + bucketName(prefix), err
 		}},
 	}

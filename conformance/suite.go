@@ -17,7 +17,7 @@
 // polled by testenv.WaitFor.
 //
 // The subtests are grouped by package under test: lease_cases.go,
-// session_cases.go, journal_cases.go, streams_cases.go. A subtest that
+// session_cases.go, journal_cases.go, blobs_cases.go, streams_cases.go. A subtest that
 // fails because of a known defect of a package under test says so in its
 // message ("BUG in ..."); such assertions are never relaxed to pass.
 package conformance
@@ -99,6 +99,10 @@ var subtests = []subtest{
 	{"effectlog/nondeterminism", testNondeterminism},
 	{"effectlog/failure-replays", testFailureReplays},
 	{"effectlog/retention", testJournalRetention},
+	{"blobs/journal-by-reference", testJournalByReference},
+	{"blobs/commit-by-reference", testCommitByReference},
+	{"blobs/ceiling", testBlobCeiling},
+	{"blobs/one-object-per-content", testOneObjectPerContent},
 	{"streams/schema-mismatch", testSchemaMismatch},
 	{"streams/read-reliable", testReadReliable},
 	{"streams/usable-after-open", testUsableAfterOpen},
@@ -215,6 +219,9 @@ func dropDeployment(t *testing.T, nc *nats.Conn, prefix string) {
 		}
 		if err := js.DeleteKeyValue(ctx, bucketName(prefix)); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
 			t.Logf("cleanup: deleting bucket %s: %v", bucketName(prefix), err)
+		}
+		if err := js.DeleteObjectStore(ctx, strings.ToUpper(prefix)+"_BLOBS"); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+			t.Logf("cleanup: deleting object store of %s: %v", prefix, err)
 		}
 	})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lash-run/lash/blobs"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/turn"
 	"github.com/oklog/ulid/v2"
@@ -55,6 +56,8 @@ type Journal struct {
 	s        Store
 	recorder string
 	now      func() time.Time
+	blobs    *blobs.Store
+	settings []byte
 }
 
 // Option configures a Journal.
@@ -63,6 +66,14 @@ type Option func(*Journal)
 // WithRecorder names the node or process that records, for operators. Each
 // concurrent recorder needs its own name. Default: a unique name.
 func WithRecorder(name string) Option { return func(j *Journal) { j.recorder = name } }
+
+// WithBlobs keeps outcomes above the store's inline size in it, by
+// reference, and reads them back. Without it every outcome is inline.
+func WithBlobs(b *blobs.Store) Option { return func(j *Journal) { j.blobs = b } }
+
+// WithSettings stamps records with the fingerprint of the recorder's turn
+// settings, so a node tells a turn begun under other settings.
+func WithSettings(fingerprint []byte) Option { return func(j *Journal) { j.settings = fingerprint } }
 
 // New returns a journal over s.
 func New(s Store, opts ...Option) *Journal {
@@ -100,7 +111,16 @@ func (j *Journal) Record(ctx context.Context, key turn.ReplayKey, hash turn.Hash
 		return nil, false, err
 	}
 	at := j.now()
-	data, err := encode(key, hash, out, j.recorder, at)
+	var ref *blobs.Ref
+	if j.blobs != nil && !j.blobs.Limits().InlineSize(len(out.Data)) {
+		// The object goes first: a record never names what is not stored.
+		r, err := j.blobs.Put(ctx, out.Data)
+		if err != nil {
+			return nil, false, err
+		}
+		ref = &r
+	}
+	data, err := encode(key, hash, out, ref, j.recorder, j.settings, at)
 	if err != nil {
 		return nil, false, err
 	}
@@ -109,7 +129,7 @@ func (j *Journal) Record(ctx context.Context, key turn.ReplayKey, hash turn.Hash
 	msgID := "fx:" + j.recorder + ":" + subj
 	seq, dup, err := j.s.Append(ctx, streams.Publication{Subject: subj, Data: data, MsgID: msgID}, 0)
 	if err == nil && !dup {
-		return &Record{Key: key, Hash: hash, Outcome: out, Seq: seq, Recorder: j.recorder, At: at}, true, nil
+		return &Record{Key: key, Hash: hash, Outcome: out, Seq: seq, Recorder: j.recorder, At: at, Ref: ref, Settings: j.settings}, true, nil
 	}
 	if err != nil && !errors.Is(err, streams.ErrConflict) {
 		return nil, false, err
@@ -148,7 +168,23 @@ func (j *Journal) first(ctx context.Context, subj string, key turn.ReplayKey, ha
 	if rec.Hash != hash {
 		return nil, &NondeterminismError{Key: key, Recorded: rec.Hash, Current: hash}
 	}
-	return rec, nil
+	return rec, j.resolve(ctx, rec)
+}
+
+// resolve reads the data of an outcome kept by reference.
+func (j *Journal) resolve(ctx context.Context, rec *Record) error {
+	if rec.Ref == nil {
+		return nil
+	}
+	if j.blobs == nil {
+		return fmt.Errorf("%w: record %d keeps its outcome by reference (%s), and this journal reads no object store", ErrMalformed, rec.Seq, rec.Ref)
+	}
+	data, err := j.blobs.Get(ctx, *rec.Ref)
+	if err != nil {
+		return fmt.Errorf("effectlog: record %d: %w", rec.Seq, err)
+	}
+	rec.Outcome.Data = data
+	return nil
 }
 
 // Load returns every record of one turn, in the order they were recorded.
@@ -166,7 +202,15 @@ func (j *Journal) Load(ctx context.Context, session, turnID string) ([]*Record, 
 		out = append(out, rec)
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	for _, rec := range out {
+		if err := j.resolve(ctx, rec); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // Started notes that an attempt of the effect at key is about to run. A

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lash-run/lash/blobs"
 	"github.com/lash-run/lash/turn"
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -26,6 +27,10 @@ type Record struct {
 	// Recorder names who recorded it; At is when, by its clock.
 	Recorder string
 	At       time.Time
+	// Ref is set when the outcome's data is kept by reference.
+	Ref *blobs.Ref
+	// Settings is the fingerprint of the recorder's turn settings.
+	Settings []byte
 }
 
 // wire is the stored form of a record; the key is in the subject and in
@@ -41,11 +46,21 @@ type wire struct {
 	Outcome   Outcome   `msgpack:"o"`
 	Recorder  string    `msgpack:"r,omitempty"`
 	At        int64     `msgpack:"a,omitempty"`
+	// RefSum and RefSize name the outcome's data in the object store when
+	// it is kept by reference; Outcome.Data is then empty.
+	RefSum   []byte `msgpack:"x,omitempty"`
+	RefSize  int64  `msgpack:"z,omitempty"`
+	Settings []byte `msgpack:"v,omitempty"`
 }
 
-func encode(key turn.ReplayKey, hash turn.Hash, out Outcome, recorder string, at time.Time) ([]byte, error) {
-	return msgpack.Marshal(&wire{Session: key.Session, Turn: key.Turn, Iteration: key.Iteration, Kind: key.Kind,
-		Effect: uint64(key.Effect), Call: key.Call, Hash: hash[:], Outcome: out, Recorder: recorder, At: at.UnixNano()})
+func encode(key turn.ReplayKey, hash turn.Hash, out Outcome, ref *blobs.Ref, recorder string, settings []byte, at time.Time) ([]byte, error) {
+	w := &wire{Session: key.Session, Turn: key.Turn, Iteration: key.Iteration, Kind: key.Kind,
+		Effect: uint64(key.Effect), Call: key.Call, Hash: hash[:], Outcome: out, Recorder: recorder, At: at.UnixNano(),
+		Settings: settings}
+	if ref != nil {
+		w.Outcome.Data, w.RefSum, w.RefSize = nil, ref.Sum[:], ref.Size
+	}
+	return msgpack.Marshal(w)
 }
 
 func decode(b []byte, seq uint64) (*Record, error) {
@@ -59,9 +74,16 @@ func decode(b []byte, seq uint64) (*Record, error) {
 	r := &Record{
 		Key: turn.ReplayKey{Session: w.Session, Turn: w.Turn, Iteration: w.Iteration, Kind: w.Kind,
 			Effect: turn.EffectID(w.Effect), Call: w.Call},
-		Outcome: w.Outcome, Seq: seq, Recorder: w.Recorder,
+		Outcome: w.Outcome, Seq: seq, Recorder: w.Recorder, Settings: w.Settings,
 	}
 	copy(r.Hash[:], w.Hash)
+	if w.RefSum != nil || w.RefSize != 0 {
+		if len(w.RefSum) != 32 || w.RefSize <= 0 || len(w.Outcome.Data) != 0 {
+			return nil, fmt.Errorf("%w: record %d has a malformed reference", ErrMalformed, seq)
+		}
+		r.Ref = &blobs.Ref{Size: w.RefSize}
+		copy(r.Ref.Sum[:], w.RefSum)
+	}
 	if w.At != 0 {
 		r.At = time.Unix(0, w.At)
 	}

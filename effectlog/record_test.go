@@ -13,7 +13,7 @@ func TestRecordRoundTripAndMalformed(t *testing.T) {
 	key := turn.ReplayKey{Session: "s", Turn: "t", Iteration: 2, Kind: turn.KindToolCall, Effect: 7, Call: "c1"}
 	hash := turn.Hash{1, 2, 3}
 	at := time.Unix(1700000000, 5)
-	b, err := encode(key, hash, Outcome{Failed: true, Error: "boom"}, "node-a", at)
+	b, err := encode(key, hash, Outcome{Failed: true, Error: "boom"}, nil, "node-a", nil, at)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func TestRecordRoundTripAndMalformed(t *testing.T) {
 			t.Errorf("%q: got %v, want ErrMalformed", garbage, err)
 		}
 	}
-	noKey, _ := encode(turn.ReplayKey{}, hash, Outcome{}, "", at)
+	noKey, _ := encode(turn.ReplayKey{}, hash, Outcome{}, nil, "", nil, at)
 	if _, err := decode(noKey, 1); !errors.Is(err, ErrMalformed) {
 		t.Errorf("record without a key: got %v, want ErrMalformed", err)
 	}

@@ -16,6 +16,9 @@ type Owner struct {
 	Host        string `msgpack:"h,omitempty"`
 	Boot        string `msgpack:"b,omitempty"`
 	PID         int    `msgpack:"p,omitempty"`
+	// Settings is the fingerprint of the turn settings the node runs, so
+	// a node tells which live nodes can replay a turn it cannot.
+	Settings string `msgpack:"s,omitempty"`
 }
 
 // LocalOwner describes this process as node id, with a fresh incarnation.

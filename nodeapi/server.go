@@ -42,9 +42,9 @@ type Config struct {
 // to reach the stream's end.
 var ProjectionWait = 5 * time.Second
 
-// maxRequestBytes refuses a request without reading it: no input it could
-// carry fits in lash.MaxInputBytes.
-const maxRequestBytes = lash.MaxInputBytes + 64<<10
+// requestSlack is what a request may hold beyond its input: no request
+// larger than the node's input limit and this can carry an input that fits.
+const requestSlack = 64 << 10
 
 // Server serves the node API of one node.
 type Server struct {
@@ -194,7 +194,7 @@ func classify(err error) *Error {
 	switch {
 	case errors.Is(err, lash.ErrBadInput), errors.Is(err, sessionlog.ErrInvalid), errors.Is(err, streams.ErrBadID):
 		code = CodeBadRequest
-	case errors.Is(err, lash.ErrBusy), errors.Is(err, lash.ErrClosed):
+	case errors.Is(err, lash.ErrBusy), errors.Is(err, lash.ErrClosed), errors.Is(err, lash.ErrKeyConflict):
 		code = CodeBusy
 	}
 	return &Error{Code: code, Description: oneLine(err.Error())}
@@ -208,9 +208,9 @@ type request interface{ missing() []string }
 
 // decode reads a request strictly: one JSON object, no unknown fields,
 // every required field present.
-func decode(data []byte, v request, emptyOK bool) error {
-	if len(data) > maxRequestBytes {
-		return &Error{Code: CodeTooLarge, Description: fmt.Sprintf("request is %d bytes; an input holds at most %d", len(data), lash.MaxInputBytes)}
+func (s *Server) decode(data []byte, v request, emptyOK bool) error {
+	if limit := s.node.MaxInputBytes(); len(data) > limit+requestSlack {
+		return &Error{Code: CodeTooLarge, Description: fmt.Sprintf("request is %d bytes; an input holds at most %d", len(data), limit)}
 	}
 	if len(bytes.TrimSpace(data)) == 0 {
 		if emptyOK {
@@ -247,13 +247,13 @@ func decode(data []byte, v request, emptyOK bool) error {
 }
 
 // checkSize refuses an input lash would refuse for its size.
-func checkSize(in lash.Input) error {
+func (s *Server) checkSize(in lash.Input) error {
 	data, err := json.Marshal(in)
 	if err != nil {
 		return badRequest("input: %v", err)
 	}
-	if len(data) > lash.MaxInputBytes {
-		return &Error{Code: CodeTooLarge, Description: fmt.Sprintf("input is %d bytes, at most %d", len(data), lash.MaxInputBytes)}
+	if limit := s.node.MaxInputBytes(); len(data) > limit {
+		return &Error{Code: CodeTooLarge, Description: fmt.Sprintf("input is %d bytes, at most %d", len(data), limit)}
 	}
 	return nil
 }
@@ -283,7 +283,7 @@ func (s *Server) head(ctx context.Context, session string) (*projector.SessionHe
 }
 
 func (s *Server) send(ctx context.Context, session, key string, in lash.Input) (any, error) {
-	if err := checkSize(in); err != nil {
+	if err := s.checkSize(in); err != nil {
 		return nil, err
 	}
 	seq, dup, err := s.node.Session(session).Send(ctx, key, in)
@@ -295,7 +295,7 @@ func (s *Server) send(ctx context.Context, session, key string, in lash.Input) (
 
 func (s *Server) submit(ctx context.Context, data []byte) (any, error) {
 	var req SubmitRequest
-	if err := decode(data, &req, false); err != nil {
+	if err := s.decode(data, &req, false); err != nil {
 		return nil, err
 	}
 	return s.send(ctx, req.Session, req.Key, req.input())
@@ -303,7 +303,7 @@ func (s *Server) submit(ctx context.Context, data []byte) (any, error) {
 
 func (s *Server) decide(ctx context.Context, data []byte) (any, error) {
 	var req DecideRequest
-	if err := decode(data, &req, false); err != nil {
+	if err := s.decode(data, &req, false); err != nil {
 		return nil, err
 	}
 	if _, err := s.head(ctx, req.Session); err != nil {
@@ -314,7 +314,7 @@ func (s *Server) decide(ctx context.Context, data []byte) (any, error) {
 
 func (s *Server) cancel(ctx context.Context, data []byte) (any, error) {
 	var req CancelRequest
-	if err := decode(data, &req, false); err != nil {
+	if err := s.decode(data, &req, false); err != nil {
 		return nil, err
 	}
 	if _, err := s.head(ctx, req.Session); err != nil {
@@ -325,7 +325,7 @@ func (s *Server) cancel(ctx context.Context, data []byte) (any, error) {
 
 func (s *Server) status(ctx context.Context, data []byte) (any, error) {
 	var req StatusRequest
-	if err := decode(data, &req, false); err != nil {
+	if err := s.decode(data, &req, false); err != nil {
 		return nil, err
 	}
 	h, err := s.head(ctx, req.Session)
@@ -346,7 +346,7 @@ func (s *Server) status(ctx context.Context, data []byte) (any, error) {
 
 func (s *Server) info(ctx context.Context, data []byte) (any, error) {
 	var req InfoRequest
-	if err := decode(data, &req, true); err != nil {
+	if err := s.decode(data, &req, true); err != nil {
 		return nil, err
 	}
 	running, err := s.Running(ctx)

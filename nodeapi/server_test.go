@@ -188,7 +188,8 @@ func TestBadRequests(t *testing.T) {
 	if _, err := r.client.Submit(r.ctx, nodeapi.SubmitRequest{Session: "known", Key: "k1", Text: "hello"}); err != nil {
 		t.Fatal(err)
 	}
-	big := strings.Repeat("x", lash.MaxInputBytes)
+	big := strings.Repeat("x", streams.DefaultMaxInputBytes)
+	long := strings.Repeat("s", 10000)
 	cases := []struct {
 		name, endpoint, body string
 		code                 int
@@ -217,6 +218,10 @@ func TestBadRequests(t *testing.T) {
 		{"oversized payload", "decide", `{"session":"known","key":"k","call_id":"c","action":"resume","mode":"use-result","payload":"` + big + `"}`, 413, "at most 262144"},
 		{"oversized request", "submit", `{"session":"known","key":"k","text":"` + big + big + `"}`, 413, "at most 262144"},
 		{"unknown field in info", "info", `{"verbose":true}`, 400, `unknown field "verbose"`},
+		{"long session on submit", "submit", `{"session":"` + long + `","key":"k","text":"x"}`, 400, "id of 10000 bytes, at most 256"},
+		{"long session on status", "status", `{"session":"` + long + `"}`, 400, "id of 10000 bytes, at most 256"},
+		{"long session on cancel", "cancel", `{"session":"` + long + `","key":"k"}`, 400, "id of 10000 bytes, at most 256"},
+		{"long key", "submit", `{"session":"known","key":"` + long + `","text":"x"}`, 400, "idempotency key: streams: invalid id: id of 10000 bytes"},
 	}
 	before := r.lastSeqs()
 	for _, c := range cases {

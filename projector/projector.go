@@ -400,12 +400,28 @@ func quarantine(tx *Txn, m *streams.Msg, fold string, why error) error {
 	if len(data) > 64<<10 {
 		data = data[:64<<10]
 	}
-	v, err := msgpack.Marshal(&Poison{Seq: m.Seq, Subject: m.Subject, Fold: fold, Reason: why.Error(), Data: data})
+	return setAside(tx, &Poison{Seq: m.Seq, Subject: m.Subject, Fold: fold, Reason: why.Error(), Data: data})
+}
+
+// setAside writes a quarantine entry; a later one for the same message and
+// fold replaces it.
+func setAside(tx *Txn, p *Poison) error {
+	key := binary.BigEndian.AppendUint64(append([]byte(nil), prefixQuarant...), p.Seq)
+	key = append(key, p.Fold...)
+	if p.Data == nil {
+		// Keep the payload an earlier entry for the message holds.
+		if err := tx.settle(); err != nil {
+			return err
+		}
+		var old Poison
+		if v, err := get(tx.db, key); err == nil && msgpack.Unmarshal(v, &old) == nil {
+			p.Data = old.Data
+		}
+	}
+	v, err := msgpack.Marshal(p)
 	if err != nil {
 		return err
 	}
-	key := binary.BigEndian.AppendUint64(append([]byte(nil), prefixQuarant...), m.Seq)
-	key = append(key, fold...)
 	return tx.b.Set(key, v, nil)
 }
 

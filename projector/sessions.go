@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/lash-run/lash/blobs"
 	"github.com/lash-run/lash/sessionlog"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/turn"
@@ -57,6 +58,10 @@ type TurnInfo struct {
 	Messages     int `msgpack:"m"`
 	// Body is the commit's body as committed: the turn's messages.
 	Body msgpack.RawMessage `msgpack:"b"`
+	// Settings is the fingerprint of the turn settings the committer ran.
+	Settings []byte `msgpack:"v,omitempty"`
+	// ByRef is set when the body is kept in the object store.
+	ByRef bool `msgpack:"r,omitempty"`
 }
 
 // TranscriptEntry is one message of a session's transcript.
@@ -74,9 +79,15 @@ type TranscriptEntry struct {
 //	                       commit's body: the turn's messages
 //	o/<s>/<ordinal>        turn id, in commit order
 //	i/<s>/<seq>            an input, by stream sequence
+//	k/<s>/<key token>      the first input a consumed key named: its
+//	                       sequence and the sha256 of its payload
+//
+// Inputs a node consumed without a turn because it refused them are set
+// aside in the quarantine, with the node's reason.
 type Sessions struct {
 	prefix     string
 	checkInput func([]byte) error
+	body       func(*sessionlog.Entry) ([]byte, error)
 }
 
 // SessionsOption configures the Sessions fold.
@@ -87,6 +98,12 @@ type SessionsOption func(*Sessions)
 // the quarantine. check must be a pure function of the payload.
 func WithInputCheck(check func([]byte) error) SessionsOption {
 	return func(f *Sessions) { f.checkInput = check }
+}
+
+// WithBodies reads the bodies of entries kept by reference. Without it,
+// such an entry is set aside.
+func WithBodies(read func(*sessionlog.Entry) ([]byte, error)) SessionsOption {
+	return func(f *Sessions) { f.body = read }
 }
 
 // NewSessions folds the session subjects of the deployment with prefix.
@@ -118,7 +135,9 @@ func key(parts ...[]byte) []byte {
 type prepared struct {
 	tok, sid, kind string
 	entry          *sessionlog.Entry
+	data           []byte // the entry's body, read from the object store if need be
 	body           *bodySummary
+	consume        *sessionlog.ConsumeBody
 	err            error // a poison found while decoding
 }
 
@@ -151,9 +170,33 @@ func (f *Sessions) Prepare(m *streams.Msg) any {
 		return &p
 	}
 	p.entry = e
+	if e.Kind == sessionlog.KindCommit || e.Kind == sessionlog.KindConsume {
+		p.data = e.Body
+		if e.ByRef() {
+			if f.body == nil {
+				p.err = fmt.Errorf("%w: %s %s keeps its body by reference and this projection reads no object store", ErrPoison, e.Kind, e.Turn)
+				return &p
+			}
+			if p.data, err = f.body(e); err != nil {
+				p.err = fmt.Errorf("%s %s: %w", e.Kind, e.Turn, err)
+				if errors.Is(err, blobs.ErrMissing) || errors.Is(err, blobs.ErrCorrupt) || errors.Is(err, blobs.ErrTooLarge) {
+					// Never readable: set aside. Anything else stops the
+					// fold, which tries again.
+					p.err = fmt.Errorf("%w: %v", ErrPoison, p.err)
+				}
+				return &p
+			}
+		}
+	}
+	if e.Kind == sessionlog.KindConsume {
+		if p.consume, err = sessionlog.DecodeConsumeBody(p.data); err != nil {
+			p.err = fmt.Errorf("%w: %v", ErrPoison, err)
+		}
+		return &p
+	}
 	if e.Kind == sessionlog.KindCommit {
 		var body bodySummary
-		if err := body.decode(e.Body); err != nil {
+		if err := body.decode(p.data); err != nil {
 			p.err = fmt.Errorf("%w: turn body: %v", ErrPoison, err)
 			return &p
 		}
@@ -203,7 +246,12 @@ func (f *Sessions) ApplyPrepared(tx *Txn, m *streams.Msg, prep any) error {
 		case sessionlog.KindFence:
 			head.Fence = p.entry.Token
 		case sessionlog.KindCommit:
-			if err := f.commit(tx, p.tok, head, m.Seq, p.entry, p.body); err != nil {
+			if err := f.commit(tx, p.tok, head, m.Seq, p.entry, p.data, p.body); err != nil {
+				return err
+			}
+		case sessionlog.KindConsume:
+			head.consumed(p.consume.InputCursor)
+			if err := f.inputs(tx, p.tok, p.consume.Inputs); err != nil {
 				return err
 			}
 		}
@@ -226,6 +274,7 @@ type bodySummary struct {
 		Iterations  int
 	}
 	InputCursor uint64
+	Inputs      []sessionlog.InputUse
 }
 
 func (b *bodySummary) decode(data []byte) error {
@@ -239,6 +288,9 @@ func (b *bodySummary) decode(data []byte) error {
 			return mapFields(d, b.outcomeField(d))
 		case "c":
 			b.InputCursor, err = d.DecodeUint64()
+			return err
+		case "i":
+			b.Inputs, err = decodeInputUses(d)
 			return err
 		}
 		return d.Skip()
@@ -406,7 +458,83 @@ func skipArray(d *msgpack.Decoder) (int, error) {
 	return max(n, 0), nil
 }
 
-func (f *Sessions) commit(tx *Txn, tok string, head *SessionHead, seq uint64, e *sessionlog.Entry, body *bodySummary) error {
+// decodeInputUses reads a []sessionlog.InputUse by hand, as bodySummary
+// reads the rest of a body.
+func decodeInputUses(d *msgpack.Decoder) ([]sessionlog.InputUse, error) {
+	n, err := d.DecodeArrayLen()
+	if err != nil || n <= 0 {
+		return nil, err
+	}
+	out := make([]sessionlog.InputUse, n)
+	for i := range out {
+		u := &out[i]
+		err := mapFields(d, func(k string) (err error) {
+			switch k {
+			case "s":
+				u.Seq, err = d.DecodeUint64()
+			case "k":
+				u.Key, err = d.DecodeString()
+			case "h":
+				var h []byte
+				if h, err = d.DecodeBytes(); err == nil && len(h) != len(u.Hash) {
+					err = fmt.Errorf("hash of %d bytes", len(h))
+				}
+				copy(u.Hash[:], h)
+			case "d":
+				u.Duplicate, err = d.DecodeUint64()
+			case "r":
+				u.Refused, err = d.DecodeString()
+			default:
+				err = d.Skip()
+			}
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// consumed moves the head's input cursor.
+func (head *SessionHead) consumed(cursor uint64) {
+	if cursor <= head.InputCursor {
+		return
+	}
+	head.InputCursor = cursor
+	i := 0
+	for i < len(head.Pending) && head.Pending[i] <= head.InputCursor {
+		i++
+	}
+	head.Pending = head.Pending[:copy(head.Pending, head.Pending[i:])]
+	head.PendingInputs = len(head.Pending)
+}
+
+// inputs indexes the keys of consumed inputs and sets aside those the node
+// refused, with its reason.
+func (f *Sessions) inputs(tx *Txn, tok string, uses []sessionlog.InputUse) error {
+	for _, u := range uses {
+		switch {
+		case u.Refused != "":
+			subj := f.prefix + ".sess." + tok + ".in"
+			if err := setAside(tx, &Poison{Seq: u.Seq, Subject: subj, Fold: SessionsFold,
+				Reason: "refused by the node that consumed it: " + u.Refused}); err != nil {
+				return err
+			}
+		case u.Key != "" && u.Duplicate == 0:
+			ktok, err := streams.Token(u.Key)
+			if err != nil {
+				continue // a node never takes a key that has no token
+			}
+			if err := tx.Set(key([]byte("k"), []byte(tok), []byte(ktok)), append(u64(u.Seq), u.Hash[:]...)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (f *Sessions) commit(tx *Txn, tok string, head *SessionHead, seq uint64, e *sessionlog.Entry, data []byte, body *bodySummary) error {
 	turnTok, err := streams.Token(e.Turn) // checked by Prepare
 	if err != nil {
 		return err
@@ -417,8 +545,8 @@ func (f *Sessions) commit(tx *Txn, tok string, head *SessionHead, seq uint64, e 
 	out := &body.Outcome
 	info := TurnInfo{Turn: e.Turn, Ordinal: head.Turns + 1, Seq: seq, Hash: e.Hash, Token: e.Token,
 		Status: out.Status, Termination: out.Termination, Usage: out.Usage, Iterations: out.Iterations,
-		FirstMessage: head.Messages, Messages: out.Messages}
-	info.Body = e.Body
+		FirstMessage: head.Messages, Messages: out.Messages, Settings: e.Settings, ByRef: e.ByRef()}
+	info.Body = data
 	v, err := encodeTurnInfo(&info)
 	if err != nil {
 		return err
@@ -435,16 +563,8 @@ func (f *Sessions) commit(tx *Txn, tok string, head *SessionHead, seq uint64, e 
 	head.Usage = head.Usage.Add(out.Usage)
 	head.Messages += out.Messages
 	head.Suspended = out.Suspended
-	if body.InputCursor > head.InputCursor {
-		head.InputCursor = body.InputCursor
-		i := 0
-		for i < len(head.Pending) && head.Pending[i] <= head.InputCursor {
-			i++
-		}
-		head.Pending = head.Pending[:copy(head.Pending, head.Pending[i:])]
-		head.PendingInputs = len(head.Pending)
-	}
-	return nil
+	head.consumed(body.InputCursor)
+	return f.inputs(tx, tok, body.Inputs)
 }
 
 // readHead reads a head through the run's memo: after its first read a
@@ -585,6 +705,35 @@ func (p *Projector) Transcript(session string, from int) ([]TranscriptEntry, err
 		}
 	}
 	return out, nil
+}
+
+// InputKey is the first input that used a key.
+type InputKey struct {
+	Seq  uint64
+	Hash [32]byte
+}
+
+// InputKey returns the input of session that first used key, as far as the
+// projection has folded.
+func (p *Projector) InputKey(session, idemKey string) (InputKey, bool, error) {
+	tok, err := streams.Token(session)
+	if err != nil {
+		return InputKey{}, false, err
+	}
+	ktok, err := streams.Token(idemKey)
+	if err != nil {
+		return InputKey{}, false, err
+	}
+	v, err := get(p.db, p.sessionsKey([]byte("k"), []byte(tok), []byte(ktok)))
+	if errors.Is(err, ErrNotFound) {
+		return InputKey{}, false, nil
+	}
+	if err != nil || len(v) != 40 {
+		return InputKey{}, false, fmt.Errorf("projector: input key of %s: %d bytes, %v", session, len(v), err)
+	}
+	k := InputKey{Seq: binary.BigEndian.Uint64(v)}
+	copy(k.Hash[:], v[8:])
+	return k, true, nil
 }
 
 // Suspended returns the calls the session holds suspended, as its last

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 
+	"github.com/lash-run/lash/blobs"
 	"github.com/vmihailenco/msgpack/v5"
 )
 
@@ -17,6 +18,9 @@ const (
 	KindFence Kind = iota + 1
 	// KindCommit is a finished turn.
 	KindCommit
+	// KindConsume consumes inputs that start no turn (duplicates and
+	// refused inputs), with the reason for each.
+	KindConsume
 )
 
 func (k Kind) String() string {
@@ -25,6 +29,8 @@ func (k Kind) String() string {
 		return "fence"
 	case KindCommit:
 		return "commit"
+	case KindConsume:
+		return "consume"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -36,11 +42,24 @@ type Entry struct {
 	Token uint64 `msgpack:"t"`
 	// Owner names the holder, for operators.
 	Owner string `msgpack:"o,omitempty"`
-	// Turn, Hash and Body are set on commits. Hash is the sha256 of Body.
-	Turn string   `msgpack:"u,omitempty"`
-	Hash [32]byte `msgpack:"h,omitempty"`
-	Body []byte   `msgpack:"b,omitempty"`
+	// Turn, Hash and Body are set on commits and consumes: Turn is the
+	// turn id (or the id of what a consume consumed), Hash the sha256 of
+	// the body. A body above the inline size is kept in the object store
+	// under Hash: Body is then empty and BodySize its length.
+	Turn     string   `msgpack:"u,omitempty"`
+	Hash     [32]byte `msgpack:"h,omitempty"`
+	Body     []byte   `msgpack:"b,omitempty"`
+	BodySize int64    `msgpack:"z,omitempty"`
+	// Settings is the fingerprint of the turn settings of the writer (on
+	// fences and commits): which settings a turn ran under.
+	Settings []byte `msgpack:"s,omitempty"`
 }
+
+// ByRef reports whether the entry's body is kept by reference.
+func (e *Entry) ByRef() bool { return e.BodySize > 0 }
+
+// BodyRef is the reference of a body kept by reference.
+func (e *Entry) BodyRef() blobs.Ref { return blobs.Ref{Sum: e.Hash, Size: e.BodySize} }
 
 // Stamp is a commit's identity: the turn and the hash of its content.
 type Stamp struct {
@@ -71,13 +90,20 @@ func decodeEntry(b []byte) (*Entry, error) {
 	if r.Len() != 0 {
 		return nil, fmt.Errorf("%w: %d trailing bytes", ErrMalformed, r.Len())
 	}
+	hasBody := e.Kind == KindCommit || e.Kind == KindConsume
 	switch {
-	case e.Kind != KindFence && e.Kind != KindCommit:
+	case e.Kind < KindFence || e.Kind > KindConsume:
 		return nil, fmt.Errorf("%w: unknown kind %d", ErrMalformed, e.Kind)
 	case e.Token == 0:
 		return nil, fmt.Errorf("%w: %s without a fencing token", ErrMalformed, e.Kind)
-	case e.Kind == KindCommit && (e.Turn == "" || e.Hash != ContentHash(e.Body)):
-		return nil, fmt.Errorf("%w: commit without a turn or with a body that does not match its hash", ErrMalformed)
+	case len(e.Settings) != 0 && len(e.Settings) != 32:
+		return nil, fmt.Errorf("%w: settings fingerprint of %d bytes", ErrMalformed, len(e.Settings))
+	case hasBody && e.Turn == "":
+		return nil, fmt.Errorf("%w: %s without an id", ErrMalformed, e.Kind)
+	case hasBody && e.BodySize < 0, hasBody && e.BodySize > 0 && len(e.Body) != 0:
+		return nil, fmt.Errorf("%w: %s with a body both inline and by reference", ErrMalformed, e.Kind)
+	case hasBody && e.BodySize == 0 && e.Hash != ContentHash(e.Body):
+		return nil, fmt.Errorf("%w: %s with a body that does not match its hash", ErrMalformed, e.Kind)
 	}
 	return &e, nil
 }
@@ -111,6 +137,10 @@ func readEntry(d *msgpack.Decoder, e *Entry) error {
 			copy(e.Hash[:], h)
 		case "b":
 			e.Body, err = d.DecodeBytes()
+		case "z":
+			e.BodySize, err = d.DecodeInt64()
+		case "s":
+			e.Settings, err = d.DecodeBytes()
 		default:
 			err = d.Skip()
 		}

@@ -46,3 +46,20 @@ func (l *Log) InputsAfter(ctx context.Context, session string, cursor uint64, fn
 		return fn(Input{Seq: m.Seq, MsgID: strings.TrimPrefix(m.MsgID(), scopedInput(subj, "")), Data: m.Data})
 	})
 }
+
+// InputAt returns the input at revision seq of the session's inputs, or
+// streams.ErrNotFound.
+func (l *Log) InputAt(ctx context.Context, session string, seq uint64) (Input, error) {
+	subj, err := l.s.Subjects().SessionInputs(session)
+	if err != nil {
+		return Input{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	m, err := l.s.NextOnSubject(ctx, subj, seq)
+	if err != nil {
+		return Input{}, err
+	}
+	if m.Seq != seq {
+		return Input{}, fmt.Errorf("%w: no input at %d in session %s", streams.ErrNotFound, seq, session)
+	}
+	return Input{Seq: m.Seq, MsgID: strings.TrimPrefix(m.MsgID(), scopedInput(subj, "")), Data: m.Data}, nil
+}

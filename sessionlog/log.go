@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/lash-run/lash/blobs"
 	"github.com/lash-run/lash/streams"
 )
 
@@ -63,10 +64,43 @@ type Store interface {
 }
 
 // Log reads and writes session logs.
-type Log struct{ s Store }
+type Log struct {
+	s        Store
+	blobs    *blobs.Store
+	settings []byte
+}
+
+// Option configures a Log.
+type Option func(*Log)
+
+// WithBlobs keeps commit bodies above the store's inline size in it, by
+// reference, and reads them back. Without it every body is inline.
+func WithBlobs(b *blobs.Store) Option { return func(l *Log) { l.blobs = b } }
+
+// WithSettings stamps fences and commits with the fingerprint of the
+// writer's turn settings (32 bytes).
+func WithSettings(fingerprint []byte) Option { return func(l *Log) { l.settings = fingerprint } }
 
 // New returns a Log over s.
-func New(s Store) *Log { return &Log{s: s} }
+func New(s Store, opts ...Option) *Log {
+	l := &Log{s: s}
+	for _, o := range opts {
+		o(l)
+	}
+	return l
+}
+
+// Body returns an entry's body, reading it from the object store when it
+// is kept by reference.
+func (l *Log) Body(ctx context.Context, e *Entry) ([]byte, error) {
+	if !e.ByRef() {
+		return e.Body, nil
+	}
+	if l.blobs == nil {
+		return nil, fmt.Errorf("sessionlog: %s %s keeps its body by reference (%s), and this log reads no object store", e.Kind, e.Turn, e.BodyRef())
+	}
+	return l.blobs.Get(ctx, e.BodyRef())
+}
 
 // Head is the last entry of a session log. Seq is 0 and Entry nil for an
 // empty log.
@@ -138,19 +172,40 @@ func (l *Log) Fence(ctx context.Context, session string, token uint64, owner str
 	if err != nil {
 		return Position{}, err
 	}
+	var newest uint64
 	if head.Entry != nil {
-		switch {
-		case head.Entry.Token > token:
-			return Position{}, &FencedError{Session: session, Token: token, Holder: head.Entry.Token, Seq: head.Seq}
-		case head.Entry.Token == token:
-			return Position{session: session, subject: subj, seq: head.Seq, token: token}, nil
-		}
+		newest = head.Entry.Token
 	}
-	data, err := encodeEntry(&Entry{Kind: KindFence, Token: token, Owner: owner})
+	return l.fence(ctx, session, subj, token, owner, head.Seq, newest)
+}
+
+// FenceAfter is Fence on a log the caller has read: rev is the head it
+// read and newest the newest token among the entries through rev. It saves
+// reading the head again; a write since the caller's read is
+// streams.ErrConflict, and the caller reads again.
+func (l *Log) FenceAfter(ctx context.Context, session string, token uint64, owner string, rev, newest uint64) (Position, error) {
+	if token == 0 {
+		return Position{}, fmt.Errorf("%w: fencing token 0", ErrInvalid)
+	}
+	subj, err := l.s.Subjects().SessionEvents(session)
+	if err != nil {
+		return Position{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return l.fence(ctx, session, subj, token, owner, rev, newest)
+}
+
+func (l *Log) fence(ctx context.Context, session, subj string, token uint64, owner string, rev, newest uint64) (Position, error) {
+	switch {
+	case newest > token:
+		return Position{}, &FencedError{Session: session, Token: token, Holder: newest, Seq: rev}
+	case newest == token && rev > 0:
+		return Position{session: session, subject: subj, seq: rev, token: token}, nil
+	}
+	data, err := encodeEntry(&Entry{Kind: KindFence, Token: token, Owner: owner, Settings: l.settings})
 	if err != nil {
 		return Position{}, err
 	}
-	seq, _, err := l.s.Append(ctx, streams.Publication{Subject: subj, Data: data, MsgID: msgID(subj, "fence", strconv.FormatUint(token, 10))}, head.Seq)
+	seq, _, err := l.s.Append(ctx, streams.Publication{Subject: subj, Data: data, MsgID: msgID(subj, "fence", strconv.FormatUint(token, 10))}, rev)
 	if err != nil {
 		return Position{}, err
 	}
@@ -192,17 +247,35 @@ func msgID(subject, kind, id string) string { return kind + ":" + subject + ":" 
 // holder finds what older holders committed with FindCommit before
 // committing a turn it recovers.
 func (l *Log) Commit(ctx context.Context, pos Position, turn string, body []byte) (Position, error) {
+	return l.write(ctx, pos, KindCommit, turn, body)
+}
+
+// Consume appends a consume entry after the holder's position: inputs
+// consumed without a turn, identified by id. It is idempotent by id and
+// body as Commit is by turn and body.
+func (l *Log) Consume(ctx context.Context, pos Position, id string, body []byte) (Position, error) {
+	return l.write(ctx, pos, KindConsume, id, body)
+}
+
+func (l *Log) write(ctx context.Context, pos Position, kind Kind, turn string, body []byte) (Position, error) {
 	session, subj, token, expect := pos.session, pos.subject, pos.token, pos.seq
 	if token == 0 || subj == "" || turn == "" {
-		return Position{}, fmt.Errorf("%w: a commit needs a turn id and a position from Fence or Commit", ErrInvalid)
+		return Position{}, fmt.Errorf("%w: a %s needs an id and a position from Fence or Commit", ErrInvalid, kind)
 	}
 	at := func(seq uint64) Position { return Position{session: session, subject: subj, seq: seq, token: token} }
-	want := &Entry{Kind: KindCommit, Token: token, Turn: turn, Hash: ContentHash(body), Body: body}
+	want := &Entry{Kind: kind, Token: token, Turn: turn, Hash: ContentHash(body), Body: body, Settings: l.settings}
+	if l.blobs != nil && !l.blobs.Limits().InlineSize(len(body)) {
+		// The object goes first: an entry never names what is not stored.
+		if _, err := l.blobs.Put(ctx, body); err != nil {
+			return Position{}, err
+		}
+		want.Body, want.BodySize = nil, int64(len(body))
+	}
 	data, err := encodeEntry(want)
 	if err != nil {
 		return Position{}, err
 	}
-	seq, dup, err := l.s.Append(ctx, streams.Publication{Subject: subj, Data: data, MsgID: msgID(subj, "commit", turn)}, expect)
+	seq, dup, err := l.s.Append(ctx, streams.Publication{Subject: subj, Data: data, MsgID: msgID(subj, kind.String(), turn)}, expect)
 	if err == nil && !dup {
 		return at(seq), nil
 	}
@@ -229,7 +302,7 @@ func (l *Log) Commit(ctx context.Context, pos Position, turn string, body []byte
 	switch {
 	case derr != nil:
 		return Position{}, fmt.Errorf("session %s revision %d: %w", session, next.Seq, derr)
-	case have.Kind == KindCommit && have.Turn == turn:
+	case have.Kind == kind && have.Turn == turn:
 		if have.Hash != want.Hash {
 			return Position{}, &CommitConflictError{Session: session, Seq: next.Seq, Have: have.Stamp(), Want: want.Stamp()}
 		}
@@ -249,8 +322,8 @@ func (l *Log) sameCommit(ctx context.Context, session, subj string, seq uint64, 
 	if err != nil {
 		return fmt.Errorf("session %s revision %d: %w", session, m.Seq, err)
 	}
-	if m.Seq != seq || have.Kind != KindCommit || have.Turn != want.Turn {
-		return fmt.Errorf("sessionlog: session %s: revision %d is not the commit of turn %s", session, seq, want.Turn)
+	if m.Seq != seq || have.Kind != want.Kind || have.Turn != want.Turn {
+		return fmt.Errorf("sessionlog: session %s: revision %d is not the %s of %s", session, seq, want.Kind, want.Turn)
 	}
 	if have.Hash != want.Hash {
 		return &CommitConflictError{Session: session, Seq: seq, Have: have.Stamp(), Want: want.Stamp()}
@@ -276,13 +349,15 @@ func (l *Log) Read(ctx context.Context, session string, from uint64, fn func(seq
 
 // ReadEntries is Read passing over messages that are not entries (nothing
 // lash wrote): a stray publish on a log must not make its session unreadable.
-// skipped counts them.
-func (l *Log) ReadEntries(ctx context.Context, session string, from uint64, fn func(seq uint64, e *Entry) error) (skipped int, err error) {
+// last is the revision of the last message read, entry or not (the head a
+// compare-and-set must name); skipped counts the messages passed over.
+func (l *Log) ReadEntries(ctx context.Context, session string, from uint64, fn func(seq uint64, e *Entry) error) (last uint64, skipped int, err error) {
 	subj, err := l.s.Subjects().SessionEvents(session)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return 0, 0, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	err = l.s.Read(ctx, subj, from, func(m *streams.Msg) error {
+		last = m.Seq
 		e, derr := decodeEntry(m.Data)
 		if derr != nil {
 			skipped++
@@ -290,7 +365,7 @@ func (l *Log) ReadEntries(ctx context.Context, session string, from uint64, fn f
 		}
 		return fn(m.Seq, e)
 	})
-	return skipped, err
+	return last, skipped, err
 }
 
 // FindCommit returns the revision and entry of turn's commit at or after

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -25,18 +26,16 @@ func Bind(ctx context.Context, nc *nats.Conn, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("streams: %w", err)
 	}
+	if cfg, err = adopt(ctx, js, cfg); err != nil {
+		return nil, err
+	}
 	c := &Client{cfg: cfg, nc: nc, js: js, subj: Subjects{prefix: cfg.Prefix}}
 	bind := func(want jetstream.StreamConfig) (jetstream.Stream, error) {
 		st, err := js.Stream(ctx, want.Name)
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return nil, fmt.Errorf("%w with prefix %q on this server: stream %s is missing", ErrNoDeployment, cfg.Prefix, want.Name)
-		}
 		if err != nil {
 			return nil, fmt.Errorf("streams: bind %s: %w", want.Name, err)
 		}
-		got := st.CachedInfo().Config
-		want.Replicas = got.Replicas
-		if err := compareStream(want, got); err != nil {
+		if err := compareStream(want, st.CachedInfo().Config); err != nil {
 			return nil, err
 		}
 		return st, nil
@@ -45,9 +44,6 @@ func Bind(ctx context.Context, nc *nats.Conn, cfg Config) (*Client, error) {
 		st, err := bind(cfg.streamConfig(s))
 		if err != nil {
 			return nil, err
-		}
-		if s == 0 {
-			c.cfg.Replicas = st.CachedInfo().Config.Replicas
 		}
 		c.streams[s] = st
 	}
@@ -60,5 +56,48 @@ func Bind(ctx context.Context, nc *nats.Conn, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("streams: bind bucket %s: %w", cfg.leaseBucket(), err)
 	}
 	c.leases, c.leaseStream = kv, st
+	if _, err := bind(cfg.blobStreamConfig()); err != nil {
+		return nil, err
+	}
+	if err := c.bindBlobs(ctx); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// adopt takes the deployment's settings as its streams have them: a reading
+// tool works with whatever the nodes were started with.
+func adopt(ctx context.Context, js jetstream.JetStream, cfg Config) (Config, error) {
+	info := func(s Stream) (*jetstream.StreamConfig, error) {
+		name := cfg.streamName(s)
+		st, err := js.Stream(ctx, name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, fmt.Errorf("%w with prefix %q on this server: stream %s is missing", ErrNoDeployment, cfg.Prefix, name)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("streams: bind %s: %w", name, err)
+		}
+		return &st.CachedInfo().Config, nil
+	}
+	sess, err := info(Sessions)
+	if err != nil {
+		return cfg, err
+	}
+	fx, err := info(Effects)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Replicas, cfg.DuplicateWindow = sess.Replicas, sess.Duplicates
+	cfg.MaxInputBytes, cfg.MaxMsgSize = sess.MaxMsgSize, fx.MaxMsgSize
+	cfg.JournalRetention = fx.MaxAge
+	if fx.MaxAge == 0 {
+		cfg.JournalRetention = -1
+	}
+	if n, err := strconv.Atoi(sess.Metadata[metaInline]); err == nil {
+		cfg.InlineBytes = n
+	}
+	if n, err := strconv.ParseInt(sess.Metadata[metaMaxPayload], 10, 64); err == nil {
+		cfg.MaxPayloadBytes = n
+	}
+	return cfg, nil
 }

@@ -24,6 +24,8 @@ type Client struct {
 	leases  jetstream.KeyValue
 	// leaseStream is the bucket's stream, for reads the KV API lacks.
 	leaseStream jetstream.Stream
+	blobs       jetstream.ObjectStore
+	blobStream  jetstream.Stream
 	subj        Subjects
 }
 
@@ -75,6 +77,9 @@ func (c *Client) streamOf(subject string) (jetstream.Stream, error) {
 		case "signal", "trig":
 			return c.streams[Triggers], nil
 		}
+	}
+	if strings.HasPrefix(subject, "$O."+c.cfg.blobBucket()+".") {
+		return c.blobStream, nil
 	}
 	return nil, fmt.Errorf("streams: subject %q belongs to no stream of deployment %q", subject, c.cfg.Prefix)
 }

@@ -8,16 +8,39 @@ import (
 	"strings"
 )
 
-// ErrBadID: an id cannot be encoded into a subject token (it is empty).
+// ErrBadID: an id cannot be encoded into a subject token (it is empty or
+// longer than MaxIDBytes), or a token is not the one Token makes.
 var ErrBadID = errors.New("streams: invalid id")
+
+// MaxIDBytes bounds every id that goes into a subject (sessions, calls,
+// signal names, keys). Subjects travel in the NATS protocol's control line
+// (4 KiB by default): an id without a bound lets one message make the
+// server close the connection of whoever derives a subject from it.
+const MaxIDBytes = 256
+
+// maxTokenBytes is the longest token Token makes: '=' and the base64 of
+// MaxIDBytes bytes.
+var maxTokenBytes = 1 + base64.RawURLEncoding.EncodedLen(MaxIDBytes)
+
+// CheckID reports why id cannot name anything in a subject, or nil.
+func CheckID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: empty id", ErrBadID)
+	case len(id) > MaxIDBytes:
+		return fmt.Errorf("%w: id of %d bytes, at most %d", ErrBadID, len(id), MaxIDBytes)
+	}
+	return nil
+}
 
 // Token encodes an id into one subject token that is also a valid KV key
 // part. Ids made only of [A-Za-z0-9_-] are used as they are; any other id is
 // '=' followed by its unpadded base64url encoding. Plain ids never contain
-// '=', so the mapping is injective and readable for the common case.
+// '=', so the mapping is injective and readable for the common case. Ids
+// over MaxIDBytes are refused.
 func Token(id string) (string, error) {
-	if id == "" {
-		return "", fmt.Errorf("%w: empty id", ErrBadID)
+	if err := CheckID(id); err != nil {
+		return "", err
 	}
 	if plain(id) {
 		return id, nil
@@ -25,19 +48,37 @@ func Token(id string) (string, error) {
 	return "=" + base64.RawURLEncoding.EncodeToString([]byte(id)), nil
 }
 
-// ParseToken reverses Token.
+// ParseToken reverses Token. It accepts only the token Token makes for the
+// id: an encoded plain id ("=aGk" for "hi") or an over-long one is ErrBadID,
+// so one id never has two subjects.
 func ParseToken(tok string) (string, error) {
+	if len(tok) > maxTokenBytes {
+		return "", fmt.Errorf("%w: token of %d bytes, at most %d", ErrBadID, len(tok), maxTokenBytes)
+	}
+	id := tok
 	if enc, ok := strings.CutPrefix(tok, "="); ok {
 		b, err := base64.RawURLEncoding.DecodeString(enc)
-		if err != nil || len(b) == 0 {
-			return "", fmt.Errorf("%w: token %q", ErrBadID, tok)
+		if err != nil {
+			return "", fmt.Errorf("%w: token %q is not base64url", ErrBadID, clip(tok))
 		}
-		return string(b), nil
+		id = string(b)
 	}
-	if tok == "" || !plain(tok) {
-		return "", fmt.Errorf("%w: token %q", ErrBadID, tok)
+	canon, err := Token(id)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("%w: token %q", ErrBadID, clip(tok))
+	case canon != tok:
+		return "", fmt.Errorf("%w: token %q is not the canonical token %q of its id", ErrBadID, clip(tok), clip(canon))
 	}
-	return tok, nil
+	return id, nil
+}
+
+// clip keeps error texts about hostile ids short.
+func clip(s string) string {
+	if len(s) <= 64 {
+		return s
+	}
+	return fmt.Sprintf("%s... (%d bytes)", s[:64], len(s))
 }
 
 func plain(s string) bool {
@@ -89,7 +130,7 @@ func (s Subjects) SessionOf(subject string) (string, error) {
 	rest, ok := strings.CutPrefix(subject, s.prefix+".sess.")
 	tok, _, ok2 := strings.Cut(rest, ".")
 	if !ok || !ok2 {
-		return "", fmt.Errorf("%w: %s is not a session subject", ErrBadID, subject)
+		return "", fmt.Errorf("%w: %s is not a session subject", ErrBadID, clip(subject))
 	}
 	return ParseToken(tok)
 }

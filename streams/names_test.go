@@ -1,6 +1,7 @@
 package streams
 
 import (
+	"encoding/base64"
 	"errors"
 	"strings"
 	"testing"
@@ -35,9 +36,9 @@ func FuzzToken(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, id string) {
 		tok, err := Token(id)
-		if id == "" {
+		if id == "" || len(id) > MaxIDBytes {
 			if err == nil {
-				t.Fatal("empty id accepted")
+				t.Fatalf("id of %d bytes accepted", len(id))
 			}
 			return
 		}
@@ -68,5 +69,41 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if err := (Config{}).Validate(); err != nil {
 		t.Error(err)
+	}
+}
+
+func TestTokenBoundsAndCanonicalForm(t *testing.T) {
+	long := strings.Repeat("a", MaxIDBytes)
+	if tok, err := Token(long); err != nil || tok != long {
+		t.Fatalf("Token of %d bytes: %q, %v", MaxIDBytes, tok, err)
+	}
+	for _, id := range []string{long + "a", strings.Repeat("é", MaxIDBytes), strings.Repeat("x", 64<<10)} {
+		if _, err := Token(id); !errors.Is(err, ErrBadID) {
+			t.Errorf("Token of %d bytes: %v, want ErrBadID", len(id), err)
+		}
+		enc := "=" + base64.RawURLEncoding.EncodeToString([]byte(id))
+		if _, err := ParseToken(enc); !errors.Is(err, ErrBadID) {
+			t.Errorf("ParseToken of an encoded id of %d bytes: %v, want ErrBadID", len(id), err)
+		}
+		if _, err := ParseToken(id); !errors.Is(err, ErrBadID) {
+			t.Errorf("ParseToken of a plain token of %d bytes: %v, want ErrBadID", len(id), err)
+		}
+	}
+	// One id, one token: the encoded form of a plain id names nothing.
+	for _, tok := range []string{"=aGk", "=czE"} {
+		_, err := ParseToken(tok)
+		if !errors.Is(err, ErrBadID) || !strings.Contains(err.Error(), "canonical") {
+			t.Errorf("ParseToken(%q): %v, want a non-canonical refusal", tok, err)
+		}
+	}
+	s := Subjects{prefix: "lash"}
+	if _, err := s.SessionOf("lash.sess.=aGk.in"); !errors.Is(err, ErrBadID) {
+		t.Errorf("SessionOf a non-canonical subject: %v", err)
+	}
+	if _, err := s.SessionInputs(long + "x"); !errors.Is(err, ErrBadID) {
+		t.Errorf("SessionInputs of a long id: %v", err)
+	}
+	if err := (Config{Prefix: strings.Repeat("p", 33)}).Validate(); err == nil {
+		t.Error("a prefix of 33 characters was accepted")
 	}
 }

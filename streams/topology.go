@@ -15,11 +15,15 @@ import (
 // SchemaVersion names the topology this build creates and expects. It is
 // stored in the metadata of every stream and bucket; a deployment with
 // another version is refused, never changed in place.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 const (
 	metaSchema = "lash.schema"
 	metaPrefix = "lash.prefix"
+	// Payload limits are the deployment's, not a node's: every reader must
+	// accept what any writer stores.
+	metaInline     = "lash.inline_bytes"
+	metaMaxPayload = "lash.max_payload_bytes"
 )
 
 // ErrSchemaMismatch: an existing stream or bucket differs from what this
@@ -44,17 +48,30 @@ func (e *SchemaError) Unwrap() error { return ErrSchemaMismatch }
 // Config sets the names and replication of one deployment.
 type Config struct {
 	// Prefix starts every subject and names every stream, so several
-	// deployments can share an account. Lower case letters, digits, '_'
-	// and '-'. Default "lash".
+	// deployments can share an account. At most 32 lower case letters,
+	// digits, '_' and '-'. Default "lash".
 	Prefix string
 	// Replicas of every stream and bucket: 1 on a single server, 3 in a
 	// cluster. Default 1.
 	Replicas int
 	// DuplicateWindow is how long msg-id dedupe lasts. Default 2 minutes.
 	DuplicateWindow time.Duration
-	// MaxMsgSize caps one message; larger payloads go to the object store.
-	// Default 1 MiB.
+	// MaxMsgSize caps one message of the EFFECTS, PROCESSES and TRIGGERS
+	// streams, headers included. Default 1 MiB.
 	MaxMsgSize int32
+	// MaxInputBytes caps one message of the SESSIONS stream, headers
+	// included: an input larger than that is refused by the stream when it
+	// is published, never stored. Log entries fit too, since bodies above
+	// InlineBytes go to the object store. Default 256 KiB.
+	MaxInputBytes int32
+	// InlineBytes is the largest payload (a journaled answer, a commit's
+	// body) carried inside its message; larger ones are stored in the
+	// object store under their sha256 and the message carries the
+	// reference. Default 64 KiB.
+	InlineBytes int
+	// MaxPayloadBytes caps one payload by reference: a model answer or a
+	// tool result above it is recorded as an error instead. Default 32 MiB.
+	MaxPayloadBytes int64
 	// JournalRetention is how long effect records are kept: long enough to
 	// inspect a committed turn, and longer than any turn runs. The server
 	// removes older records. Default 7 days; negative keeps them forever.
@@ -66,11 +83,17 @@ const (
 	DefaultPrefix          = "lash"
 	DefaultDuplicateWindow = 2 * time.Minute
 	DefaultMaxMsgSize      = 1 << 20
+	DefaultMaxInputBytes   = 256 << 10
+	DefaultInlineBytes     = 64 << 10
+	DefaultMaxPayloadBytes = 32 << 20
+	// entrySlack is what a log entry or journal record adds around an
+	// inline payload: its fields and headers (msg ids name the subject).
+	entrySlack = 8 << 10
 	// DefaultJournalRetention keeps effect records a week.
 	DefaultJournalRetention = 7 * 24 * time.Hour
 )
 
-var prefixRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]*$`)
+var prefixRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
 
 func (c Config) withDefaults() Config {
 	if c.Prefix == "" {
@@ -88,6 +111,15 @@ func (c Config) withDefaults() Config {
 	if c.JournalRetention == 0 {
 		c.JournalRetention = DefaultJournalRetention
 	}
+	if c.MaxInputBytes == 0 {
+		c.MaxInputBytes = DefaultMaxInputBytes
+	}
+	if c.InlineBytes == 0 {
+		c.InlineBytes = DefaultInlineBytes
+	}
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
 	return c
 }
 
@@ -96,7 +128,7 @@ func (c Config) Validate() error {
 	c = c.withDefaults()
 	switch {
 	case !prefixRE.MatchString(c.Prefix):
-		return fmt.Errorf("streams: prefix %q: use lower case letters, digits, '_' and '-'", c.Prefix)
+		return fmt.Errorf("streams: prefix %q: use at most 32 lower case letters, digits, '_' and '-'", c.Prefix)
 	case c.Replicas < 1 || c.Replicas > 5:
 		return fmt.Errorf("streams: replicas %d: must be 1 to 5", c.Replicas)
 	case c.DuplicateWindow < time.Second:
@@ -105,6 +137,14 @@ func (c Config) Validate() error {
 		return fmt.Errorf("streams: journal retention %s is shorter than the duplicate window %s", c.JournalRetention, c.DuplicateWindow)
 	case c.MaxMsgSize < 1024:
 		return fmt.Errorf("streams: max message size %d: must be at least 1024", c.MaxMsgSize)
+	case c.InlineBytes < 1:
+		return fmt.Errorf("streams: inline bytes %d: must be positive", c.InlineBytes)
+	case int64(c.InlineBytes)+entrySlack > int64(c.MaxInputBytes):
+		return fmt.Errorf("streams: inline bytes %d: must leave %d bytes of the max input size %d for the entry around it", c.InlineBytes, entrySlack, c.MaxInputBytes)
+	case int64(c.InlineBytes)+entrySlack > int64(c.MaxMsgSize):
+		return fmt.Errorf("streams: inline bytes %d: must leave %d bytes of the max message size %d for the record around it", c.InlineBytes, entrySlack, c.MaxMsgSize)
+	case c.MaxPayloadBytes < int64(c.InlineBytes):
+		return fmt.Errorf("streams: max payload %d: must be at least the inline bytes %d", c.MaxPayloadBytes, c.InlineBytes)
 	}
 	return nil
 }
@@ -137,7 +177,8 @@ func (c Config) leaseBucket() string {
 const leaseMarkerTTL = time.Second
 
 func (c Config) metadata() map[string]string {
-	return map[string]string{metaSchema: strconv.Itoa(SchemaVersion), metaPrefix: c.Prefix}
+	return map[string]string{metaSchema: strconv.Itoa(SchemaVersion), metaPrefix: c.Prefix,
+		metaInline: strconv.Itoa(c.InlineBytes), metaMaxPayload: strconv.FormatInt(c.MaxPayloadBytes, 10)}
 }
 
 func (c Config) streamConfig(s Stream) jetstream.StreamConfig {
@@ -152,6 +193,10 @@ func (c Config) streamConfig(s Stream) jetstream.StreamConfig {
 	if s == Effects && c.JournalRetention > 0 {
 		maxAge = c.JournalRetention
 	}
+	maxMsgSize := c.MaxMsgSize
+	if s == Sessions {
+		maxMsgSize = c.MaxInputBytes
+	}
 	return jetstream.StreamConfig{
 		Name:       c.streamName(s),
 		MaxAge:     maxAge,
@@ -161,7 +206,7 @@ func (c Config) streamConfig(s Stream) jetstream.StreamConfig {
 		Discard:    jetstream.DiscardOld,
 		Replicas:   c.Replicas,
 		Duplicates: c.DuplicateWindow,
-		MaxMsgSize: c.MaxMsgSize,
+		MaxMsgSize: maxMsgSize,
 		// Reads after a conflict must see the leader's state; direct gets
 		// may be answered by a lagging follower.
 		AllowDirect:        false,
@@ -226,6 +271,25 @@ func (c *Client) Ensure(ctx context.Context) error {
 		return fmt.Errorf("streams: bind bucket %s: %w", c.cfg.leaseBucket(), err)
 	}
 	c.leases, c.leaseStream = kv, st
+	blobs := c.cfg.blobStreamConfig()
+	if err := c.ensureStream(ctx, blobs); err != nil {
+		return fmt.Errorf("streams: ensure object store %s: %w", c.cfg.blobBucket(), err)
+	}
+	return c.bindBlobs(ctx)
+}
+
+// bindBlobs binds the object store whose stream exists.
+func (c *Client) bindBlobs(ctx context.Context) error {
+	name := c.cfg.blobBucket()
+	obs, err := c.js.ObjectStore(ctx, name)
+	if err != nil {
+		return fmt.Errorf("streams: bind object store %s: %w", name, err)
+	}
+	st, err := c.js.Stream(ctx, "OBJ_"+name)
+	if err != nil {
+		return fmt.Errorf("streams: bind object store %s: %w", name, err)
+	}
+	c.blobs, c.blobStream = obs, st
 	return nil
 }
 
@@ -279,6 +343,11 @@ func compareStream(want, got jetstream.StreamConfig) error {
 	for _, f := range fields {
 		if w, g := fmt.Sprint(f.want), fmt.Sprint(f.got); w != g {
 			return &SchemaError{Stream: want.Name, Field: f.name, Want: w, Got: g}
+		}
+	}
+	for _, k := range []string{metaInline, metaMaxPayload} {
+		if w, g := want.Metadata[k], got.Metadata[k]; w != g {
+			return &SchemaError{Stream: want.Name, Field: k, Want: w, Got: g}
 		}
 	}
 	return nil

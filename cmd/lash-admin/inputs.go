@@ -115,7 +115,9 @@ func (a *app) appendInput(id string) error {
 func checkSend(a *app, args []string) error {
 	text := args[1]
 	if text == "-" {
-		b, err := io.ReadAll(io.LimitReader(a.stdin, lash.MaxInputBytes+1))
+		// The deployment's stream refuses what is over its input limit;
+		// this bound only keeps a runaway pipe out of memory.
+		b, err := io.ReadAll(io.LimitReader(a.stdin, 16<<20))
 		if err != nil {
 			return fmt.Errorf("read stdin: %w", err)
 		}

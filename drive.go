@@ -1,0 +1,466 @@
+package lash
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/lash-run/lash/effectlog"
+	"github.com/lash-run/lash/sessionlog"
+	"github.com/lash-run/lash/turn"
+)
+
+// drive runs one turn: every effect is answered from the journal when it
+// was recorded, and performed and recorded otherwise.
+type drive struct {
+	s        *Session
+	turn     string
+	executed int
+	replayed int
+	// recorded is the turn's journal as it stood when the turn started:
+	// one read instead of a lookup per effect. Effects recorded since by
+	// another node are found by Record, which returns the first record.
+	recorded map[turn.ReplayKey]*effectlog.Record
+
+	mu sync.Mutex
+	// cursor is the last input this turn consumed; inputs are those it
+	// consumed, with their keys, for the commit.
+	cursor uint64
+	inputs []sessionlog.InputUse
+	// interrupt cancels the effect in flight when a cancel input is stored.
+	interrupt *interrupt
+	// state is the session as the turn began.
+	state *state
+}
+
+func (d *drive) st() *state { return d.state }
+
+// lookup returns the recorded outcome of the effect at key, checking that
+// it was recorded for the same request.
+func (d *drive) lookup(key turn.ReplayKey, hash turn.Hash) (*effectlog.Record, error) {
+	rec, ok := d.recorded[key]
+	if !ok {
+		return nil, effectlog.ErrNotRecorded
+	}
+	if rec.Hash != hash {
+		return nil, &effectlog.NondeterminismError{Key: key, Recorded: rec.Hash, Current: hash}
+	}
+	return rec, nil
+}
+
+// run drives the turn of input in. recs is the turn's journal when the
+// caller read it already.
+func (d *drive) run(ctx context.Context, st *state, in Input, recs []*effectlog.Record) (turn.Outcome, error) {
+	n := d.s.n
+	m, err := turn.New(n.opts.machine, turn.Start{Session: d.s.id, Turn: d.turn,
+		History: st.history, Suspended: st.suspended, Input: in.toTurn()})
+	if err != nil {
+		return turn.Outcome{}, terminal(FailInvalidResult, err)
+	}
+	if recs == nil {
+		if recs, err = n.journal.Load(ctx, d.s.id, d.turn); err != nil {
+			return turn.Outcome{}, err
+		}
+	}
+	d.state = st
+	d.recorded = make(map[turn.ReplayKey]*effectlog.Record, len(recs))
+	for _, r := range recs {
+		d.recorded[r.Key] = r
+	}
+	d.interrupt = d.watch(st)
+	defer d.interrupt.stop()
+	cancelNow := in.Cancel
+	for {
+		switch e := m.Next().(type) {
+		case *turn.Progress:
+			d.publish(LiveEvent{Type: "progress", Turn: d.turn, Messages: e.Messages, Events: e.Events})
+		case *turn.Emit:
+			d.publish(LiveEvent{Type: "emit", Turn: d.turn, Events: []turn.Event{e.Event}})
+		case *turn.Done:
+			return e.Outcome, nil
+		case *turn.ToolCalls:
+			results, cancel, err := d.toolCalls(ctx, e)
+			if err != nil {
+				return turn.Outcome{}, err
+			}
+			if done := doneResults(results); len(done) > 0 {
+				if err := m.Deliver(turn.ToolResults{ID: e.H.ID, Results: done}); err != nil {
+					return turn.Outcome{}, terminal(FailInvalidResult, err)
+				}
+			}
+			if cancel != nil {
+				if err := m.Deliver(turn.Cancel{ID: e.H.ID, Reason: *cancel}); err != nil {
+					return turn.Outcome{}, terminal(FailInvalidResult, err)
+				}
+			}
+		default:
+			if cancelNow {
+				// The turn's own input is a cancel: answer its first
+				// effect with it, journaled like any answer.
+				cancelNow = false
+				e = cancelled{e, "cancelled by input"}
+			}
+			r, err := d.effect(ctx, e)
+			if err != nil {
+				return turn.Outcome{}, err
+			}
+			if err := m.Deliver(r); err != nil {
+				return turn.Outcome{}, terminal(FailInvalidResult, err)
+			}
+		}
+	}
+}
+
+// doneResults drops the calls a cancelled round left without a result.
+func doneResults(rs []turn.ToolResult) []turn.ToolResult {
+	out := rs[:0:0]
+	for _, r := range rs {
+		if r.CallID != "" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// cancelled marks an effect to be answered with Cancel.
+type cancelled struct {
+	turn.Effect
+	reason string
+}
+
+// effect answers one effect from the journal or by performing it.
+func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) {
+	n := d.s.n
+	h := e.Head()
+	rec, err := d.lookup(h.Key, h.Hash)
+	if err == nil {
+		a, err := decodeAnswer(rec.Outcome.Data)
+		if err != nil {
+			return nil, err
+		}
+		d.took(a)
+		d.replayed++
+		n.observe(Event{Kind: EventEffectReplayed, Session: d.s.id, Turn: d.turn, Effect: e.Kind().String()})
+		return a.result(e.Kind(), h.ID)
+	}
+	if !errors.Is(err, effectlog.ErrNotRecorded) {
+		return nil, err // nondeterminism among them: the turn stops here
+	}
+	if err := d.s.boundaries("before-record", e); err != nil {
+		return nil, err
+	}
+	var a *answer
+	began := time.Now()
+	if c, ok := e.(cancelled); ok {
+		a = &answer{Cancel: &c.reason}
+	} else if a, err = d.perform(ctx, e); err != nil {
+		return nil, err
+	}
+	a.Took = time.Since(began)
+	a.Request = renderRequest(e)
+	data, err := encodeAnswer(a)
+	if err != nil {
+		return nil, err
+	}
+	if max := n.client.Config().MaxPayloadBytes; int64(len(data)) > max && a.Response != nil {
+		// A model answer over the ceiling is the model's failure, recorded
+		// once: calling again would pay for the same answer.
+		a = &answer{CallErr: &turn.CallError{Code: codeAnswerTooLarge,
+			Message: fmt.Sprintf("the model's answer takes %d bytes, more than the %d bytes lash keeps", len(data), max)},
+			Took: a.Took, Request: a.Request}
+		if data, err = encodeAnswer(a); err != nil {
+			return nil, err
+		}
+	}
+	rec, _, err = n.journal.Record(ctx, h.Key, h.Hash, effectlog.Outcome{Data: data})
+	if err != nil {
+		return nil, err
+	}
+	if a, err = decodeAnswer(rec.Outcome.Data); err != nil { // the winner's answer
+		return nil, err
+	}
+	if err := d.s.boundaries("after-record", e); err != nil {
+		return nil, err
+	}
+	d.took(a)
+	d.executed++
+	n.observe(Event{Kind: EventEffectExecuted, Session: d.s.id, Turn: d.turn, Effect: e.Kind().String(), Took: a.Took})
+	return a.result(e.Kind(), h.ID)
+}
+
+// codeAnswerTooLarge is the call error recorded for a model answer above
+// the deployment's payload ceiling.
+const codeAnswerTooLarge = "answer_too_large"
+
+// took notes the inputs a recorded answer consumed.
+func (d *drive) took(a *answer) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.cursor = max(d.cursor, a.Cursor)
+	d.inputs = append(d.inputs, a.Inputs...)
+}
+
+// perform does what an unrecorded effect asks.
+func (d *drive) perform(ctx context.Context, e turn.Effect) (*answer, error) {
+	n := d.s.n
+	switch e := e.(type) {
+	case *turn.SyncTools:
+		return &answer{Tools: n.opts.tools.Specs()}, nil
+	case *turn.LLMCall:
+		ectx, done := d.interrupt.begin(ctx)
+		resp, err := n.opts.model.Complete(ectx, e.Request, nil)
+		stop := done()
+		if stop != nil {
+			return stop, nil // cancelled by an input: the partial answer is dropped
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, context.Cause(ctx) // not the model's answer: record nothing
+			}
+			return &answer{CallErr: callError(err)}, nil
+		}
+		return &answer{Response: &resp}, nil
+	case *turn.Checkpoint:
+		return d.arrived(ctx)
+	case *turn.Sleep:
+		ectx, done := d.interrupt.begin(ctx)
+		t := time.NewTimer(e.Duration)
+		defer t.Stop()
+		select {
+		case <-ectx.Done():
+		case <-t.C:
+		}
+		if stop := done(); stop != nil {
+			return stop, nil
+		}
+		if ctx.Err() != nil {
+			return nil, context.Cause(ctx)
+		}
+		return &answer{}, nil
+	case *turn.AwaitEvent:
+		deadline := time.Now().Add(e.Timeout)
+		for {
+			a, err := d.arrived(ctx)
+			if err != nil || len(a.Messages) > 0 || len(a.Decisions) > 0 || a.Cancel != nil {
+				return a, err
+			}
+			if !time.Now().Before(deadline) {
+				a.TimedOut = true
+				return a, nil
+			}
+			select {
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			case <-time.After(min(250*time.Millisecond, time.Until(deadline))):
+			}
+		}
+	}
+	return nil, fmt.Errorf("lash: cannot perform %s", e.Kind())
+}
+
+// arrived takes the inputs that came after the turn's cursor, up to and
+// including the first cancel: their messages and decisions are injected at
+// the checkpoint, and the answer records how far they go. Inputs after a
+// cancel are left for the next turn.
+func (d *drive) arrived(ctx context.Context) (*answer, error) {
+	n := d.s.n
+	d.mu.Lock()
+	a := &answer{Cursor: d.cursor}
+	taken := d.inputs
+	d.mu.Unlock()
+	err := n.log.InputsAfter(ctx, d.s.id, a.Cursor, func(in sessionlog.Input) error {
+		a.Cursor = in.Seq
+		use, parsed, take := screen(d.st(), append(taken, a.Inputs...), in, false)
+		a.Inputs = append(a.Inputs, use)
+		if !take {
+			if use.Refused != "" {
+				n.opts.logger.Warn("input refused at a checkpoint", "session", d.s.id, "seq", in.Seq, "reason", use.Refused)
+				a.Refused = append(a.Refused, fmt.Sprintf("input %d: %s", in.Seq, use.Refused))
+			}
+			return nil
+		}
+		t := parsed.toTurn()
+		a.Messages = append(a.Messages, t.Messages...)
+		a.Decisions = append(a.Decisions, t.Decisions...)
+		if parsed.Cancel {
+			reason := fmt.Sprintf("cancelled by input %d", in.Seq)
+			a.Cancel = &reason
+			return errStop
+		}
+		return nil
+	})
+	if errors.Is(err, errStop) {
+		err = nil
+	}
+	return a, err
+}
+
+// LiveEvent is what a turn publishes, as JSON, on the session's live
+// subject (p.live.<session>) for UIs: ephemeral, never journaled.
+type LiveEvent struct {
+	Type     string         `json:"type"`
+	Turn     string         `json:"turn"`
+	Messages []turn.Message `json:"messages,omitempty"`
+	Events   []turn.Event   `json:"events,omitempty"`
+}
+
+func (d *drive) publish(ev LiveEvent) {
+	subj, err := d.s.n.client.Subjects().Live(d.s.id)
+	if err != nil {
+		return
+	}
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return
+	}
+	// Best effort: live events are hints for watchers, not state.
+	_ = d.s.n.nc.Publish(subj, data)
+}
+
+// toolCalls answers a batch: calls recorded in the journal are not run
+// again; the others run in parallel and each outcome is recorded as it
+// comes. A cancel input stored meanwhile stops the calls still running
+// (their tools see their context end) and is recorded for the batch:
+// cancel is then its reason, and the calls without a result are left out.
+func (d *drive) toolCalls(ctx context.Context, batch *turn.ToolCalls) ([]turn.ToolResult, *string, error) {
+	n := d.s.n
+	results := make([]turn.ToolResult, len(batch.Calls))
+	replay := func(pc turn.PendingCall) (bool, error) {
+		rec, err := d.lookup(pc.Key, pc.Hash)
+		if errors.Is(err, effectlog.ErrNotRecorded) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		a, err := decodeAnswer(rec.Outcome.Data)
+		if err == nil && a.Result == nil {
+			err = terminal(FailUnreadableJournal, fmt.Errorf("lash: journal record for %s holds no tool result", pc.Key))
+		}
+		if err != nil {
+			return false, err
+		}
+		for i := range batch.Calls {
+			if batch.Calls[i].Key == pc.Key {
+				results[i] = *a.Result
+			}
+		}
+		d.replayed++
+		n.observe(Event{Kind: EventEffectReplayed, Session: d.s.id, Turn: d.turn, Effect: batch.Kind().String()})
+		return true, nil
+	}
+	if rec, err := d.lookup(batch.H.Key, batch.H.Hash); err == nil {
+		// The round was cancelled: the calls recorded before it stand.
+		a, err := decodeAnswer(rec.Outcome.Data)
+		if err != nil || a.Cancel == nil {
+			return nil, nil, terminal(FailUnreadableJournal, fmt.Errorf("lash: journal record for %s holds no cancel: %v", batch.H.Key, err))
+		}
+		for _, pc := range batch.Calls {
+			if _, err := replay(pc); err != nil {
+				return nil, nil, err
+			}
+		}
+		d.took(a)
+		return results, a.Cancel, nil
+	} else if !errors.Is(err, effectlog.ErrNotRecorded) {
+		return nil, nil, err
+	}
+	ectx, done := d.interrupt.begin(ctx)
+	errs := make([]error, len(batch.Calls))
+	var wg sync.WaitGroup
+	for i, pc := range batch.Calls {
+		ok, err := replay(pc)
+		if err != nil {
+			done()
+			return nil, nil, err
+		}
+		if ok {
+			continue
+		}
+		wg.Go(func() { results[i], errs[i] = d.toolCall(ectx, pc) })
+	}
+	wg.Wait()
+	if stop := done(); stop != nil {
+		// Calls that finished were recorded; the rest stopped unrecorded.
+		stop.Request = fmt.Sprintf("cancel tool round of %d calls\n", len(batch.Calls))
+		data, err := encodeAnswer(stop)
+		if err != nil {
+			return nil, nil, err
+		}
+		rec, _, err := n.journal.Record(ctx, batch.H.Key, batch.H.Hash, effectlog.Outcome{Data: data})
+		if err != nil {
+			return nil, nil, err
+		}
+		a, err := decodeAnswer(rec.Outcome.Data)
+		if err != nil || a.Cancel == nil {
+			return nil, nil, terminal(FailUnreadableJournal, fmt.Errorf("lash: journal record for %s holds no cancel: %v", batch.H.Key, err))
+		}
+		d.took(a)
+		for i := range results {
+			if errs[i] != nil {
+				results[i] = turn.ToolResult{}
+			}
+		}
+		return results, a.Cancel, nil
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, err
+	}
+	return results, nil, nil
+}
+
+func (d *drive) toolCall(ctx context.Context, pc turn.PendingCall) (turn.ToolResult, error) {
+	n := d.s.n
+	inDoubt, err := n.journal.InDoubt(ctx, pc.Key)
+	if err != nil {
+		return turn.ToolResult{}, err
+	}
+	attempt := 1
+	if inDoubt {
+		attempt = 2
+	}
+	if err := n.journal.Started(ctx, pc.Key, attempt); err != nil {
+		return turn.ToolResult{}, err
+	}
+	if err := d.s.boundary("before-record tool " + pc.Call.ID); err != nil {
+		return turn.ToolResult{}, err
+	}
+	began := time.Now()
+	res, err := n.runner.Invoke(ctx, pc, attempt, inDoubt)
+	if err != nil {
+		return turn.ToolResult{}, err // interrupted: record nothing
+	}
+	took := time.Since(began)
+	if max := n.client.Config().MaxPayloadBytes; int64(len(res.Output)) > max-4<<10 {
+		// Over the ceiling: the model learns so, and the call is not run
+		// again, whatever its size next time.
+		res = turn.ToolResult{CallID: pc.Call.ID, Status: turn.ToolError,
+			Output: fmt.Sprintf("the tool's result takes %d bytes, more than the %d bytes lash keeps", len(res.Output), max-4<<10)}
+	}
+	data, err := encodeAnswer(&answer{Result: &res, Took: took, Request: renderCall(pc)})
+	if err != nil {
+		return turn.ToolResult{}, err
+	}
+	rec, _, err := n.journal.Record(ctx, pc.Key, pc.Hash, effectlog.Outcome{Data: data})
+	if err != nil {
+		return turn.ToolResult{}, err
+	}
+	a, err := decodeAnswer(rec.Outcome.Data)
+	if err == nil && a.Result == nil {
+		err = terminal(FailUnreadableJournal, fmt.Errorf("lash: journal record for %s holds no tool result", pc.Key))
+	}
+	if err != nil {
+		return turn.ToolResult{}, err
+	}
+	if err := d.s.boundary("after-record tool " + pc.Call.ID); err != nil {
+		return turn.ToolResult{}, err
+	}
+	d.mu.Lock()
+	d.executed++
+	d.mu.Unlock()
+	n.observe(Event{Kind: EventEffectExecuted, Session: d.s.id, Turn: d.turn, Effect: turn.KindToolCalls.String(), Took: took})
+	return *a.Result, nil
+}

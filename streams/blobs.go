@@ -1,0 +1,151 @@
+package streams
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrCorrupt: a stored object's bytes do not match its name.
+var ErrCorrupt = errors.New("streams: object does not match its content hash")
+
+// blobBucket is the object store of large payloads.
+func (c Config) blobBucket() string {
+	return strings.ToUpper(strings.ReplaceAll(c.Prefix, "-", "_")) + "_BLOBS"
+}
+
+// blobStreamConfig is the object store's stream as the object store API
+// lays it out, but without direct gets: an object is written before the
+// record that names it, and a reader must not ask a follower that has not
+// seen it yet.
+func (c Config) blobStreamConfig() jetstream.StreamConfig {
+	b := c.blobBucket()
+	return jetstream.StreamConfig{
+		Name:        "OBJ_" + b,
+		Description: "lash payloads by reference, named by sha256",
+		Subjects:    []string{"$O." + b + ".C.>", "$O." + b + ".M.>"},
+		Storage:     jetstream.FileStorage,
+		Retention:   jetstream.LimitsPolicy,
+		Discard:     jetstream.DiscardNew,
+		Replicas:    c.Replicas,
+		MaxMsgs:     -1,
+		MaxBytes:    -1,
+		MaxMsgSize:  -1,
+		Duplicates:  DefaultDuplicateWindow,
+		AllowRollup: true,
+		AllowDirect: false,
+		Metadata:    c.metadata(),
+	}
+}
+
+// BlobBucket is the name of the object store of large payloads.
+func (c *Client) BlobBucket() string { return c.cfg.blobBucket() }
+
+// blobName is the object name of content with sha256 sum.
+func blobName(sum [32]byte) string { return hex.EncodeToString(sum[:]) }
+
+// PutBlob stores data in the object store under its sha256, unless an
+// object of that name is there already, and returns the sum. Putting the
+// same bytes again, from any node, stores nothing more.
+func (c *Client) PutBlob(ctx context.Context, data []byte) ([32]byte, error) {
+	sum := sha256.Sum256(data)
+	name := blobName(sum)
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	info, err := c.blobs.GetInfo(ctx, name)
+	switch {
+	case err == nil && info.Digest == digestOf(sum):
+		return sum, nil
+	case err != nil && !errors.Is(err, jetstream.ErrObjectNotFound):
+		return sum, fmt.Errorf("streams: blob %s: %w", name, err)
+	}
+	if _, err := c.blobs.Put(ctx, jetstream.ObjectMeta{Name: name}, bytes.NewReader(data)); err != nil {
+		if tooLarge(err) {
+			return sum, fmt.Errorf("%w: a chunk of blob %s", ErrTooLarge, name)
+		}
+		return sum, fmt.Errorf("streams: put blob %s: %w", name, err)
+	}
+	return sum, nil
+}
+
+// BlobSize returns the size of the object named by sum, or ErrNotFound.
+func (c *Client) BlobSize(ctx context.Context, sum [32]byte) (int64, error) {
+	info, err := c.blobInfo(ctx, sum)
+	if err != nil {
+		return 0, err
+	}
+	return int64(info.Size), nil
+}
+
+func (c *Client) blobInfo(ctx context.Context, sum [32]byte) (*jetstream.ObjectInfo, error) {
+	name := blobName(sum)
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	var info *jetstream.ObjectInfo
+	err := retryRead(ctx, func() (err error) {
+		info, err = c.blobs.GetInfo(ctx, name)
+		return err
+	})
+	switch {
+	case errors.Is(err, jetstream.ErrObjectNotFound):
+		return nil, fmt.Errorf("%w: blob %s", ErrNotFound, name)
+	case err != nil:
+		return nil, fmt.Errorf("streams: blob %s: %w", name, err)
+	}
+	return info, nil
+}
+
+// GetBlob reads the object named by sum, refusing one over limit bytes
+// (ErrTooLarge) before reading it. The bytes are checked against sum
+// (ErrCorrupt). A missing object is ErrNotFound.
+func (c *Client) GetBlob(ctx context.Context, sum [32]byte, limit int64) ([]byte, error) {
+	var err error
+	// A racing put of the same bytes by another node may replace the
+	// object's chunks while this read is on them: read its new ones once.
+	for range 2 {
+		var data []byte
+		if data, err = c.getBlob(ctx, sum, limit); err == nil || !errors.Is(err, ErrCorrupt) {
+			return data, err
+		}
+	}
+	return nil, err
+}
+
+func (c *Client) getBlob(ctx context.Context, sum [32]byte, limit int64) ([]byte, error) {
+	info, err := c.blobInfo(ctx, sum)
+	if err != nil {
+		return nil, err
+	}
+	name := blobName(sum)
+	if limit > 0 && info.Size > uint64(limit) {
+		return nil, fmt.Errorf("%w: blob %s holds %d bytes, at most %d are read", ErrTooLarge, name, info.Size, limit)
+	}
+	data := make([]byte, 0, info.Size)
+	if info.Size > 0 {
+		chunks := "$O." + c.cfg.blobBucket() + ".C." + info.NUID
+		err = c.Read(ctx, chunks, 0, func(m *Msg) error {
+			if uint64(len(data)+len(m.Data)) > info.Size {
+				return fmt.Errorf("%w: blob %s has more than its %d bytes", ErrCorrupt, name, info.Size)
+			}
+			data = append(data, m.Data...)
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if got := sha256.Sum256(data); got != sum {
+		return nil, fmt.Errorf("%w: blob %s: read %d of %d bytes, sha256 %s", ErrCorrupt, name, len(data), info.Size, hex.EncodeToString(got[:8]))
+	}
+	return data, nil
+}
+
+// digestOf is how the object store API spells a sha256 digest.
+func digestOf(sum [32]byte) string { return "SHA-256=" + base64.URLEncoding.EncodeToString(sum[:]) }
