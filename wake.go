@@ -105,7 +105,9 @@ func (n *Node) wakeTimers(ctx context.Context) error {
 	}
 }
 
-// wakeOnLastSignal wakes a signal wait if its subject holds a signal.
+// wakeOnLastSignal wakes a signal wait if its subject holds a readable
+// signal: the latest one. Unreadable signals wake nothing; they are in the
+// signals' quarantine.
 func (n *Node) wakeOnLastSignal(ctx context.Context, pc parkedCall) error {
 	m, err := n.client.Head(ctx, pc.ticket.Subject)
 	if errors.Is(err, streams.ErrNotFound) {
@@ -115,7 +117,18 @@ func (n *Node) wakeOnLastSignal(ctx context.Context, pc parkedCall) error {
 		return err
 	}
 	if CheckSignal(m.Data) != nil {
-		return nil
+		// The head is unreadable: an earlier signal may not be.
+		var last *streams.Msg
+		err := n.client.Read(ctx, pc.ticket.Subject, 0, func(sm *streams.Msg) error {
+			if CheckSignal(sm.Data) == nil {
+				last = sm
+			}
+			return nil
+		})
+		if err != nil || last == nil {
+			return err
+		}
+		m = last
 	}
 	return n.wake(ctx, pc, string(m.Data))
 }

@@ -129,6 +129,17 @@ func TestSignalWakesWait(t *testing.T) {
 	if res := lastAnswer(t, before); res.Text != `{"approved":"yes"}` {
 		t.Fatalf("signal wait's result %q", res.Text)
 	}
+	// The latest signal cannot be read: the wait takes the latest one that
+	// can, and the unreadable one stays in the quarantine only.
+	publish(`{"approved":"again"}`)
+	publish("{garbage")
+	late := n.Session("late")
+	if _, _, err := late.Send(ctx, "k1", Input{Text: "deploy once more"}); err != nil {
+		t.Fatal(err)
+	}
+	if res := lastAnswer(t, late); res.Text != `{"approved":"again"}` {
+		t.Fatalf("signal wait's result %q", res.Text)
+	}
 }
 
 // A decision for a call the session does not hold suspended (decided
