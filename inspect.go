@@ -26,7 +26,7 @@ type Inspector struct {
 // NewInspector reads the deployment c belongs to.
 func NewInspector(c *streams.Client) *Inspector {
 	b := newBlobStore(c)
-	return &Inspector{c: c, journal: effectlog.New(c, effectlog.WithBlobs(b)), log: sessionlog.New(c, sessionlog.WithBlobs(b))}
+	return &Inspector{c: c, journal: effectlog.New(c, effectlog.WithBlobs(b)), log: sessionlog.New(c, sessionlog.WithBlobs(turnBlobs(b)))}
 }
 
 // Settings reads the turn settings whose fingerprint (hex) fences, commits

@@ -185,7 +185,7 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 	}
 	n.blobs = newBlobStore(c)
 	fp := n.settings.fingerprint[:]
-	n.log = sessionlog.New(c, sessionlog.WithBlobs(n.blobs), sessionlog.WithSettings(fp))
+	n.log = sessionlog.New(c, sessionlog.WithBlobs(turnBlobs(n.blobs)), sessionlog.WithSettings(fp))
 	n.owner = leases.LocalOwner(o.nodeID)
 	n.owner.Settings = n.settings.hex()
 	// Journal records and fences name the node and its incarnation, so an
@@ -320,6 +320,14 @@ func newBlobStore(c *streams.Client) *blobs.Store {
 	cfg := c.Config()
 	return blobs.New(c, blobs.Limits{Inline: cfg.InlineBytes, Max: cfg.MaxPayloadBytes})
 }
+
+// TurnPayloads is how many payload ceilings one commit body may hold: a
+// turn gathers several answers and results.
+const TurnPayloads = 4
+
+// turnBlobs is the store of commit bodies: their ceiling is TurnPayloads
+// payload ceilings.
+func turnBlobs(b *blobs.Store) *blobs.Store { return b.WithMax(TurnPayloads * b.Limits().Max) }
 
 func (n *Node) turnAttempts() int {
 	if n.opts.turnAttempts > 0 {

@@ -15,7 +15,7 @@ import (
 // in dir. Inputs that fail CheckInput are set aside in its quarantine.
 func OpenProjection(dir string, c *streams.Client) (*projector.Projector, error) {
 	prefix := c.Config().Prefix
-	log := sessionlog.New(c, sessionlog.WithBlobs(newBlobStore(c)))
+	log := sessionlog.New(c, sessionlog.WithBlobs(turnBlobs(newBlobStore(c))))
 	bodies := func(e *sessionlog.Entry) ([]byte, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
