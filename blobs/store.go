@@ -28,7 +28,9 @@ func (s *Store) Limits() Limits { return s.lim }
 
 // WithMax is the same store with another ceiling, for payloads that gather
 // others (a commit body holds a turn's answers and results).
-func (s *Store) WithMax(max int64) *Store { return &Store{b: s.b, lim: Limits{Inline: s.lim.Inline, Max: max}} }
+func (s *Store) WithMax(max int64) *Store {
+	return &Store{b: s.b, lim: Limits{Inline: s.lim.Inline, Max: max}}
+}
 
 // Put stores data and returns its reference; data above Limits.Max is a
 // *TooLargeError and stores nothing.
