@@ -16,6 +16,9 @@ type metrics struct {
 
 	turnsCommitted  prometheus.Counter
 	turnsFailed     prometheus.Counter
+	turnsAborted    *prometheus.CounterVec
+	inputsRefused   prometheus.Counter
+	settingsLeft    prometheus.Counter
 	turnSeconds     prometheus.Histogram
 	effectsExecuted *prometheus.CounterVec
 	effectsReplayed *prometheus.CounterVec
@@ -43,7 +46,11 @@ func newMetrics() *metrics {
 		return c
 	}
 	m.turnsCommitted = counter("turns_committed_total", "Turns this node committed.")
-	m.turnsFailed = counter("turns_failed_total", "Session runs that stopped without committing their turn (it is finished later, by replay).")
+	m.turnsFailed = counter("turns_failed_total", "Session runs that stopped without committing their turn (it is tried again, and finished by replay).")
+	m.inputsRefused = counter("inputs_refused_total", "Inputs consumed without a turn because they were refused (unreadable, a key used for other content, a decision for no suspended call), and inputs set aside because their subject names no session.")
+	m.settingsLeft = counter("settings_mismatches_total", "Session runs left to another node because their turn began under turn settings this node does not run.")
+	m.turnsAborted = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "lash", Name: "turns_aborted_total",
+		Help: "Turns that could never succeed, committed as failed, by code (nondeterminism, attempts_exhausted, ...)."}, []string{"code"})
 	m.leaseClaims = counter("lease_claims_total", "Session leases this node took.")
 	m.leaseBusy = counter("lease_busy_total", "Session lease claims that found another holder.")
 	m.leaseLosses = counter("lease_losses_total", "Session leases lost while running a turn.")
@@ -63,7 +70,7 @@ func newMetrics() *metrics {
 		Help: "Node API requests, by endpoint and the code answered (200: done)."}, []string{"endpoint", "code"})
 	m.apiSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "lash", Name: "api_request_duration_seconds",
 		Help: "How long node API requests took, by endpoint.", Buckets: latencyBuckets}, []string{"endpoint"})
-	m.reg.MustRegister(m.turnSeconds, m.effectsExecuted, m.effectsReplayed, m.effectSeconds, m.apiRequests, m.apiSeconds,
+	m.reg.MustRegister(m.turnsAborted, m.turnSeconds, m.effectsExecuted, m.effectsReplayed, m.effectSeconds, m.apiRequests, m.apiSeconds,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -76,6 +83,12 @@ func (m *metrics) observe(ev lash.Event) {
 		m.turnSeconds.Observe(ev.Took.Seconds())
 	case lash.EventTurnFailed:
 		m.turnsFailed.Inc()
+	case lash.EventTurnAborted:
+		m.turnsAborted.WithLabelValues(ev.Code).Inc()
+	case lash.EventInputRefused:
+		m.inputsRefused.Inc()
+	case lash.EventSettingsMismatch:
+		m.settingsLeft.Inc()
 	case lash.EventEffectExecuted:
 		m.effectsExecuted.WithLabelValues(ev.Effect).Inc()
 		m.effectSeconds.WithLabelValues(ev.Effect).Observe(ev.Took.Seconds())

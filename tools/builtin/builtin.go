@@ -136,9 +136,16 @@ func Signal(prefix string) tools.Tool {
 	return t
 }
 
+// MaxSignalName bounds a signal's name: it goes into a subject, and a
+// subject travels in the NATS protocol's control line.
+const MaxSignalName = 256
+
 func checkSignalName(name string) error {
 	if name == "" {
 		return errors.New("name is empty")
+	}
+	if len(name) > MaxSignalName {
+		return fmt.Errorf("name of %d bytes: at most %d", len(name), MaxSignalName)
 	}
 	for _, tok := range strings.Split(name, ".") {
 		if tok == "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,7 +71,8 @@ func TestSignal(t *testing.T) {
 	if tk := ticketOf(t, err); tk.Kind != SignalTicket || tk.Subject != "lash.signal.deploy.42" {
 		t.Fatalf("ticket %+v", tk)
 	}
-	for _, bad := range []string{`{"name":""}`, `{"name":"a..b"}`, `{"name":"a.*"}`, `{"name":"a b"}`, `{"name":">"}`} {
+	long := `{"name":"` + strings.Repeat("a", MaxSignalName+1) + `"}`
+	for _, bad := range []string{`{"name":""}`, `{"name":"a..b"}`, `{"name":"a.*"}`, `{"name":"a b"}`, `{"name":">"}`, long} {
 		if _, err := call(t, s, bad, nil); err == nil {
 			t.Errorf("%s parked", bad)
 		}
