@@ -10,8 +10,18 @@
 // re-running recorded tools. Each turn ends in one idempotent commit.
 //
 // Session.Turn(key, input).Run (or Stream, with live events) sends one
-// input and returns the turn that consumed it; Decide and Cancel are inputs
-// too, applied at the turn's next safe boundary. Node.Serve takes inputs
-// from a durable consumer shared by every node, so any node runs any
-// session, never two at once. Node.Close drains.
+// input and returns the turn that consumed it; Decide is an input too,
+// applied at the turn's next safe boundary; Cancel also stops a model call
+// or tool round in flight. Node.Serve takes inputs from a durable consumer
+// shared by every node, so any node runs any session, never two at once.
+// Node.Close drains.
+//
+// Nothing wedges a session: an input that cannot start a turn (unreadable,
+// a key taken before, a decision for no suspended call) is consumed without
+// one and named on the log; a turn that can never succeed (nondeterminism,
+// a lost journal record, turn settings no live node runs, failures on
+// every attempt) is committed as failed with its cause (the Fail* codes),
+// and the session goes on. Payloads above the deployment's inline size go
+// to the object store by reference (package blobs); ids and sizes have
+// bounds (streams.MaxIDBytes, streams.Config).
 package lash

@@ -15,6 +15,13 @@
 //     stop; the effect is never run again.
 //   - Failures are outcomes (Outcome.Failed): they replay as the same
 //     failure.
+//   - With WithBlobs, an outcome above the store's inline size is put in
+//     the object store first and the record carries its reference (Ref);
+//     readers get the bytes back, checked against it. A reference whose
+//     object is gone is an error that no retry mends (blobs.ErrMissing).
+//   - With WithSettings, records carry the recorder's turn-settings
+//     fingerprint (Record.Settings): a node tells a turn begun under other
+//     settings.
 //   - Started notes an attempt on p.fx.….i before it runs; InDoubt tells a
 //     re-executor that an attempt may have run without recording.
 //   - Purge deletes a committed turn's journal once it is no longer needed

@@ -12,8 +12,9 @@
 //	info    {}                                            -> the node: id, incarnation, host, ...
 //
 // submit, decide and cancel append an input to the session's log (its key
-// is the idempotency key: the same key again answers the first input's
-// sequence with duplicate set); any node may take them, and the session
+// is the idempotency key, forever: the same key with the same input again
+// answers the first input's sequence with duplicate set, with other content
+// it is refused with 409); any node may take them, and the session
 // runs on whichever node dispatch picks. status reads the answering node's
 // projection once it has folded everything the SESSIONS stream held when
 // the request came. info is answered by every node: Client.Info takes the
@@ -22,10 +23,13 @@
 // Failures are micro errors (the Nats-Service-Error-Code and
 // Nats-Service-Error headers) with a one-line description:
 //
-//	400  bad request: invalid JSON, unknown or missing fields, an input lash refuses
+//	400  bad request: invalid JSON, unknown or missing fields, an id over
+//	     256 bytes, an input lash refuses
 //	404  unknown session: status, decide or cancel of a session whose log is empty
-//	409  busy: the session or the node cannot take the request now; retry
-//	413  oversized: the input is over lash.MaxInputBytes
+//	409  conflict: the session or the node cannot take the request now
+//	     (retry), or the key was used for other content (do not)
+//	413  oversized: the input is over the deployment's input limit
+//	     (Node.MaxInputBytes, 256 KiB by default)
 //	500  anything else
 //
 // A refused request changes no durable state. The client returns them as

@@ -16,7 +16,14 @@
 // Readers that need their own write wait for its stream sequence with
 // WaitFor. The Sessions fold keeps, per session: its head (revision,
 // fence, status, turns, last outcome, usage, inputs pending), its commit
-// stamps by turn id, its turns in order, and its transcript.
+// stamps by turn id, its turns in order with the settings fingerprint each
+// ran under, its transcript, and the idempotency keys of the inputs it
+// consumed. Bodies kept in the object store are read through WithBodies;
+// one that can never be read (lost, corrupt) is set aside, while any other
+// failure stops the fold, which its runner starts again. Inputs a node
+// refused (its consume entries and commits say so) are set aside with the
+// node's reason. A message whose subject names no session (an over-long or
+// non-canonical token) is set aside too.
 //
 // Pebble is opened with the newest format and a logger that keeps only
 // errors, without a write-ahead log: a crash loses the newest batches and

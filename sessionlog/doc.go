@@ -1,6 +1,7 @@
 // Package sessionlog reads and writes a session's log on JetStream: the
-// fence markers of lease holders, the commits of finished turns, and the
-// session's inputs.
+// fence markers of lease holders, the commits of finished turns, the
+// consume entries of inputs that started no turn, and the session's
+// inputs.
 //
 // The log is the subject p.sess.<session>.ev; its head revision is the
 // stream sequence of its last message. Every entry carries the fencing
@@ -25,6 +26,15 @@
 //     landed is the entry right after the position. The same turn with
 //     another body is a *CommitConflictError (ErrCommitConflict). An entry
 //     after the position written under a newer token is a *FencedError.
+//   - FenceAfter is Fence on a log the caller has read: it names the head
+//     it read instead of reading it again.
+//   - Consume is Commit for inputs consumed without a turn (a duplicate
+//     key, a refused input), idempotent by id and body the same way.
+//   - With WithBlobs, a body above the store's inline size is put in the
+//     object store first and the entry carries its size (BodySize) with
+//     the content hash, which names the object; Body reads it back.
+//   - With WithSettings, fences, commits and consumes carry the writer's
+//     turn-settings fingerprint.
 //   - A new holder looks for commits of older holders with FindCommit, from
 //     the last revision it knows, before committing a turn it recovers.
 //   - AppendInput needs no lease: anyone may append; the client's

@@ -15,9 +15,19 @@
 //	P_PROCESSES  p.proc.<process>.ev
 //	P_TRIGGERS   p.signal.>, p.trig.>
 //	P_LEASES     KV bucket: leases and node liveness, per-key TTL
+//	P_BLOBS      object store (stream OBJ_P_BLOBS): payloads by reference,
+//	             named by their hex sha256
 //
 // Ids become subject tokens through Token: ids made of [A-Za-z0-9_-] stay
-// as they are, anything else becomes '=' and its base64url encoding.
+// as they are, anything else becomes '=' and its base64url encoding. An id
+// is at most MaxIDBytes (256) bytes; ParseToken accepts only the token
+// Token makes, so one id has one subject.
+//
+// Sizes are the deployment's: the SESSIONS stream refuses a message over
+// Config.MaxInputBytes (headers included), the other streams one over
+// Config.MaxMsgSize; Config.InlineBytes and Config.MaxPayloadBytes, kept in
+// the streams' metadata, say which payloads go to the object store and
+// which are never stored. Bind takes all of them as the streams have them.
 //
 // Effect records expire after Config.JournalRetention (default a week): the
 // EFFECTS stream's max age. It must exceed the longest turn; a committed
@@ -47,6 +57,9 @@
 //   - KVCreate claims a key with a TTL (conflict if live); KVSwap replaces
 //     it at a revision keeping a TTL (the KV update call would drop it);
 //     KVDelete removes it at a revision only.
+//   - PutBlob stores bytes under their sha256 unless they are there;
+//     GetBlob reads them back checked against it (ErrCorrupt), refusing
+//     more than a limit (ErrTooLarge) before reading.
 //   - A payload above the stream's MaxMsgSize is ErrTooLarge; a missing
 //     message is ErrNotFound; an id that cannot be a token is ErrBadID.
 //
