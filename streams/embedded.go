@@ -1,10 +1,14 @@
 package streams
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -26,6 +30,11 @@ type EmbeddedConfig struct {
 	ServerName string
 	// ReadyTimeout bounds startup. Default 10s.
 	ReadyTimeout time.Duration
+	// Logger receives the server's log: its warnings and errors at their
+	// levels, its notices at debug, an error it cannot run past (a store
+	// directory it cannot use, a port it cannot listen on) at error. Nil
+	// discards it; a fatal error during start ends StartEmbedded either way.
+	Logger *slog.Logger
 }
 
 // Embedded is a running in-process nats-server with JetStream.
@@ -34,6 +43,9 @@ type Embedded struct {
 }
 
 // StartEmbedded starts the server and waits until it accepts connections.
+// A fatal error the server reports while it starts (a store directory it
+// cannot create or write, a port in use) ends the wait at once and is in
+// the returned error.
 func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if cfg.StoreDir == "" {
 		return nil, errors.New("streams: embedded server needs a store directory")
@@ -44,7 +56,6 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		StoreDir:   cfg.StoreDir,
 		SyncAlways: !cfg.NoSync,
 		NoSigs:     true,
-		NoLog:      true,
 	}
 	if opts.ServerName == "" {
 		opts.ServerName = "lash"
@@ -69,16 +80,95 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("streams: embedded server: %w", err)
 	}
+	log := newServerLogger(cfg.Logger)
+	srv.SetLogger(log, false, false)
 	go srv.Start()
 	timeout := cfg.ReadyTimeout
 	if timeout == 0 {
 		timeout = 10 * time.Second
 	}
-	if !srv.ReadyForConnections(timeout) {
+	if err := waitReady(srv, log, cfg.StoreDir, timeout); err != nil {
 		srv.Shutdown()
-		return nil, fmt.Errorf("streams: embedded server not ready after %s", timeout)
+		srv.WaitForShutdown()
+		return nil, err
 	}
 	return &Embedded{srv: srv}, nil
+}
+
+// readyPoll is how long one readiness check of the server may wait: how
+// soon a fatal error is noticed.
+const readyPoll = 50 * time.Millisecond
+
+// waitReady waits until srv accepts connections, failing at once when it
+// reports a fatal error: after one, nats-server's Start gives up and the
+// server would never be ready.
+func waitReady(srv *server.Server, log *serverLogger, storeDir string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ready := srv.ReadyForConnections(readyPoll)
+		// A fatal error wins over readiness: the server may have opened its
+		// listener and then failed.
+		if err := log.fatalError(); err != nil {
+			return fmt.Errorf("streams: embedded server (store directory %s): %w", storeDir, err)
+		}
+		if ready {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("streams: embedded server not ready after %s", timeout)
+		}
+	}
+}
+
+// serverLogger is nats-server's Logger over slog. nats-server's own
+// loggers exit the process on Fatalf; this one logs at error and keeps the
+// first fatal error for StartEmbedded.
+type serverLogger struct {
+	log *slog.Logger // nil: discard
+
+	mu    sync.Mutex
+	fatal string
+}
+
+func newServerLogger(log *slog.Logger) *serverLogger {
+	if log != nil {
+		log = log.With("component", "nats-server")
+	}
+	return &serverLogger{log: log}
+}
+
+// fatalError is the first fatal error the server reported, or nil.
+func (l *serverLogger) fatalError() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.fatal == "" {
+		return nil
+	}
+	return errors.New(l.fatal)
+}
+
+func (l *serverLogger) emit(level slog.Level, format string, v []any) {
+	if l.log == nil || !l.log.Enabled(context.Background(), level) {
+		return
+	}
+	// nats-server indents some lines (a stream's under its account).
+	l.log.Log(context.Background(), level, strings.TrimSpace(fmt.Sprintf(format, v...)))
+}
+
+func (l *serverLogger) Noticef(format string, v ...any) { l.emit(slog.LevelDebug, format, v) }
+func (l *serverLogger) Warnf(format string, v ...any)   { l.emit(slog.LevelWarn, format, v) }
+func (l *serverLogger) Errorf(format string, v ...any)  { l.emit(slog.LevelError, format, v) }
+func (l *serverLogger) Debugf(format string, v ...any)  { l.emit(slog.LevelDebug, format, v) }
+func (l *serverLogger) Tracef(format string, v ...any)  { l.emit(slog.LevelDebug, format, v) }
+
+func (l *serverLogger) Fatalf(format string, v ...any) {
+	msg := strings.TrimSpace(fmt.Sprintf(format, v...))
+	l.mu.Lock()
+	if l.fatal == "" {
+		l.fatal = msg
+	}
+	l.mu.Unlock()
+	l.emit(slog.LevelError, "%s", []any{msg})
 }
 
 // Connect opens an in-process connection.

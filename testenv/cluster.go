@@ -129,7 +129,7 @@ func (c *Cluster) start(cfg config, n int, root string, quickLeader bool) error 
 			o := baseOptions(cfg, s.name, s.storeDir, clientPort)
 			o.Cluster = server.ClusterOpts{Name: ClusterName, Host: "127.0.0.1", Port: clusterPort}
 			o.Routes = server.RoutesFromStr(strings.Join(routes, ","))
-			return o
+			return cfg.apply(o)
 		}
 		c.servers[i] = s
 	}

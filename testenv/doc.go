@@ -45,6 +45,12 @@
 // for its Raft leaders' heartbeats, sent every second, so RestartServer takes
 // 1-3 s.
 //
+// WithOptions changes any nats-server option of the servers (a user and
+// password, accounts), WithLimits the longest protocol line and the largest
+// payload; Server.Reload changes the options of a running server as a
+// configuration reload does, which is how a test takes a client's
+// credentials away.
+//
 // Server logs are discarded unless the environment variable
 // LASH_TEST_NATS_LOG is set: with LASH_TEST_NATS_LOG=1 they go to t.Logf,
 // with LASH_TEST_NATS_LOG=debug nats-server's debug log (Raft votes and

@@ -20,14 +20,14 @@ type Server struct {
 	t        testing.TB
 	name     string
 	storeDir string
-	// options returns fresh options for each start: nats-server writes into
-	// the Options it is given.
-	options func() *server.Options
 
-	mu  sync.Mutex
-	ns  *server.Server // nil while stopped
-	log *logger
-	url string
+	mu sync.Mutex
+	// options returns fresh options for each start: nats-server writes into
+	// the Options it is given. Reload replaces it.
+	options func() *server.Options
+	ns      *server.Server // nil while stopped
+	log     *logger
+	url     string
 }
 
 // RunJetStream starts one embedded nats-server with JetStream on, file
@@ -39,7 +39,7 @@ func RunJetStream(t testing.TB, opts ...Option) *Server {
 	cfg := newConfig(opts)
 	s := &Server{t: t, name: cfg.name, storeDir: t.TempDir()}
 	s.options = func() *server.Options {
-		return baseOptions(cfg, s.name, s.storeDir, server.RANDOM_PORT)
+		return cfg.apply(baseOptions(cfg, s.name, s.storeDir, server.RANDOM_PORT))
 	}
 	if err := s.start(); err != nil {
 		t.Fatalf("testenv: %v", err)
@@ -85,16 +85,34 @@ func (s *Server) NATS() *server.Server {
 	return s.ns
 }
 
+// currentOptions are the options the server runs with now, fresh.
+func (s *Server) currentOptions() *server.Options {
+	s.mu.Lock()
+	options := s.options
+	s.mu.Unlock()
+	return options()
+}
+
 // Conn returns a new in-process connection to the server (no TCP), closed at
 // t.Cleanup. It fails the test if the server is stopped. The connection is
-// bound to the server as it runs now: after a restart, take a new one.
+// bound to the server as it runs now: after a restart, take a new one. On a
+// server WithOptions gave a user and password, or a token, it connects
+// with them (as they are after the last Reload).
 func (s *Server) Conn(t testing.TB) *nats.Conn {
 	t.Helper()
 	ns := s.NATS()
 	if ns == nil {
 		t.Fatalf("testenv: Conn: server %s is stopped", s.name)
 	}
-	nc, err := nats.Connect(s.URL(), nats.InProcessServer(ns), nats.Name("testenv "+s.name))
+	opts := []nats.Option{nats.InProcessServer(ns), nats.Name("testenv " + s.name)}
+	o := s.currentOptions()
+	if o.Username != "" {
+		opts = append(opts, nats.UserInfo(o.Username, o.Password))
+	}
+	if o.Authorization != "" {
+		opts = append(opts, nats.Token(o.Authorization))
+	}
+	nc, err := nats.Connect(s.URL(), opts...)
 	if err != nil {
 		t.Fatalf("testenv: connecting in-process to %s: %v", s.name, err)
 	}
@@ -102,10 +120,39 @@ func (s *Server) Conn(t testing.TB) *nats.Conn {
 	return nc
 }
 
+// Reload changes the options of the running server as nats-server's
+// configuration reload does (ReloadOptions): change gets the options the
+// server runs with and edits them. The changed options stay for restarts.
+// A changed password, say, disconnects the clients it no longer admits;
+// nats.go then closes such a connection for good after its second refused
+// reconnect. Reload fails the test if the server is stopped or refuses the
+// change (nats-server reloads only some options). Call it from the test's
+// goroutine.
+func (s *Server) Reload(change func(*server.Options)) {
+	s.t.Helper()
+	s.mu.Lock()
+	ns, prev := s.ns, s.options
+	s.mu.Unlock()
+	if ns == nil {
+		s.t.Fatalf("testenv: Reload: server %s is stopped", s.name)
+	}
+	next := func() *server.Options {
+		o := prev()
+		change(o)
+		return o
+	}
+	if err := ns.ReloadOptions(next()); err != nil {
+		s.t.Fatalf("testenv: reloading server %s: %v", s.name, err)
+	}
+	s.mu.Lock()
+	s.options = next
+	s.mu.Unlock()
+}
+
 // start creates and starts the server and waits until its listeners are
 // open. On failure nothing is left running.
 func (s *Server) start() error {
-	opts := s.options()
+	opts := s.currentOptions()
 	ns, err := server.NewServer(opts)
 	if err != nil {
 		return fmt.Errorf("server %s: %w", s.name, err)

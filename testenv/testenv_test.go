@@ -103,6 +103,97 @@ func TestRunJetStreamOptions(t *testing.T) {
 	}
 }
 
+// WithOptions secures a server with a password; Conn connects with it, and
+// with the new one after a Reload, which closes a client holding the old
+// one for good.
+func TestWithOptionsAndReload(t *testing.T) {
+	s := testenv.RunJetStream(t, testenv.WithOptions(func(o *server.Options) {
+		o.Username, o.Password = "lash", "old"
+	}))
+	if nc, err := nats.Connect(s.URL()); err == nil {
+		nc.Close()
+		t.Fatal("connected without a password")
+	}
+	closed := make(chan error, 1)
+	old, err := nats.Connect(s.URL(), nats.UserInfo("lash", "old"), nats.ReconnectWait(10*time.Millisecond),
+		nats.MaxReconnects(-1), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}),
+		nats.ClosedHandler(func(nc *nats.Conn) { closed <- nc.LastError() }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	if err := s.Conn(t).Publish("x", nil); err != nil {
+		t.Fatal(err)
+	}
+
+	s.Reload(func(o *server.Options) { o.Password = "new" })
+	select {
+	case err := <-closed:
+		if !errors.Is(err, nats.ErrAuthorization) {
+			t.Errorf("closed with %v, want an authorization violation", err)
+		}
+	case <-time.After(wait):
+		t.Fatalf("a client with the old password still %s after %s", old.Status(), wait)
+	}
+	nc := s.Conn(t)
+	if err := nc.Flush(); err != nil || !nc.IsConnected() {
+		t.Fatalf("Conn after the reload: %s %v", nc.Status(), err)
+	}
+}
+
+// WithLimits admits subjects longer than 4 KiB and payloads over 1 MiB,
+// into JetStream too.
+func TestWithLimits(t *testing.T) {
+	s := testenv.RunJetStream(t, testenv.WithLimits(64<<10, 8<<20))
+	nc := s.Conn(t)
+	if got := nc.MaxPayload(); got != 8<<20 {
+		t.Fatalf("max payload %d, want 8 MiB", got)
+	}
+	js := newJetStream(t, nc)
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: "BIG", Subjects: []string{"big.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	subject := "big." + strings.Repeat("s", 10<<10)
+	data := make([]byte, 2<<20)
+	ack, err := js.Publish(t.Context(), subject, data)
+	if err != nil {
+		t.Fatalf("publish of a 10 KiB subject and a 2 MiB payload: %v", err)
+	}
+	stream, err := js.Stream(t.Context(), "BIG")
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, err := stream.GetMsg(t.Context(), ack.Sequence)
+	if err != nil || msg.Subject != subject || len(msg.Data) != len(data) {
+		t.Fatalf("read back: %v", err)
+	}
+	// The defaults refuse both: the payload in the client, the subject by
+	// closing the connection for good.
+	small := testenv.RunJetStream(t)
+	if err := small.Conn(t).Publish("x", data); !errors.Is(err, nats.ErrMaxPayload) {
+		t.Errorf("2 MiB with the default limit: %v", err)
+	}
+	closed := make(chan error, 1)
+	long, err := nats.Connect(small.URL(), nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}),
+		nats.ClosedHandler(func(nc *nats.Conn) { closed <- nc.LastError() }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer long.Close()
+	if err := long.Publish(subject, nil); err != nil {
+		t.Fatal(err)
+	}
+	_ = long.Flush() // the server's answer closes the connection
+	select {
+	case err := <-closed:
+		if err == nil || !strings.Contains(err.Error(), "maximum control line exceeded") {
+			t.Errorf("closed with %v, want maximum control line exceeded", err)
+		}
+	case <-time.After(wait):
+		t.Fatalf("a 10 KiB subject with the default limit: connection still %s", long.Status())
+	}
+}
+
 func TestRunJetStreamStopsAtCleanup(t *testing.T) {
 	var s *testenv.Server
 	var ns *server.Server

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -173,14 +174,20 @@ func (a *app) main(args []string) error {
 	}
 	cmd, n := lookup(args[i:])
 	if cmd == nil {
-		if subs := subcommands(args[i]); len(subs) > 0 {
-			what := "give a subcommand:"
-			if len(args) > i+1 {
-				what = fmt.Sprintf("unknown subcommand %q; give", args[i+1])
-			}
-			return a.usagef("%s: %s %s", args[i], what, strings.Join(subs, " or "))
+		group := args[i]
+		subs := subcommands(group)
+		if len(subs) == 0 {
+			return a.usagef("unknown command %q", group)
 		}
-		return a.usagef("unknown command %q", args[i])
+		if asksHelp(args[i+1:]) {
+			a.groupUsage(a.stdout, group)
+			return errHelp
+		}
+		what := "give a subcommand:"
+		if len(args) > i+1 {
+			what = fmt.Sprintf("unknown subcommand %q; give", args[i+1])
+		}
+		return &usageError{cmd: group, msg: fmt.Sprintf("%s: %s %s", group, what, strings.Join(subs, " or "))}
 	}
 	a.cmd = cmd
 	rest := append(append([]string(nil), args[:i]...), args[i+n:]...)
@@ -232,12 +239,50 @@ func lookup(args []string) (*command, int) {
 // subcommands lists the subcommands of a command group such as "sessions".
 func subcommands(group string) []string {
 	var out []string
+	for _, c := range groupCommands(group) {
+		_, sub, _ := strings.Cut(c.name, " ")
+		out = append(out, sub)
+	}
+	return out
+}
+
+// groupCommands lists the commands of a group, in the order help shows
+// them; none if group is no group.
+func groupCommands(group string) []*command {
+	var out []*command
 	for _, c := range commands() {
-		if g, sub, ok := strings.Cut(c.name, " "); ok && g == group {
-			out = append(out, sub)
+		if g, _, ok := strings.Cut(c.name, " "); ok && g == group {
+			out = append(out, c)
 		}
 	}
 	return out
+}
+
+// groups lists the command groups: the first words of the commands named
+// by two.
+func groups() []string {
+	var out []string
+	for _, c := range commands() {
+		if g, _, ok := strings.Cut(c.name, " "); ok && !slices.Contains(out, g) {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// asksHelp reports whether args, up to "--", hold -h or --help.
+func asksHelp(args []string) bool {
+	for _, arg := range args {
+		if arg == "--" {
+			return false
+		}
+		if isFlag(arg) {
+			if name, _, _ := splitFlag(arg); name == "h" || name == "help" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // connect dials NATS and opens the deployment.

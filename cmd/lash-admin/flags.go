@@ -154,17 +154,18 @@ Commands:
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-*s  %s\n", width, strings.TrimSpace(c.name+" "+c.args), c.summary)
 	}
-	fmt.Fprintf(w, "  %-*s  %s\n", width, "help [COMMAND]", "this help, or a command's")
+	fmt.Fprintf(w, "  %-*s  %s\n", width, "help [COMMAND]", "this help, or a command's or a group's")
 	fmt.Fprintf(w, `
 Read commands print a table, or one JSON document with --json. "lash-admin COMMAND -h"
-describes a command and its flags. Flags may come before or after the arguments; "--"
-ends them, for an argument that starts with "-".
+describes a command and its flags, "lash-admin GROUP -h" the subcommands of a group
+(%s). Flags may come before or after the arguments;
+"--" ends them, for an argument that starts with "-".
 
 Global settings come from the command line, the environment and the --config file,
 in that order of precedence, as lash-node's do: one environment configures both, and
 lash-admin ignores the settings of lash-node's it has no use for.
 
-`)
+`, strings.Join(groups(), ", "))
 	fs := a.settingsFlags(nil)
 	cli.Usage(w, fs, envPrefix, a.conn.Aliases(), []cli.Section{
 		{Title: "Connection (as lash-node's)", Names: []string{"nats", "listen", "creds", "user", "password", "tls-cert", "tls-key", "tls-ca", "prefix", "replicas"}},
@@ -196,7 +197,27 @@ func (a *app) commandUsage(w io.Writer, c *command) {
 	fmt.Fprintln(w, "Global settings: lash-admin --help.")
 }
 
-// help is lash-admin help [COMMAND].
+// groupUsage is lash-admin GROUP -h: the group's subcommands.
+func (a *app) groupUsage(w io.Writer, group string) {
+	cmds := groupCommands(group)
+	fmt.Fprintf(w, "Usage: lash-admin %s SUBCOMMAND [flags] [ARGS]\n\nSubcommands:\n", group)
+	heads := make([]string, len(cmds))
+	width := 0
+	for i, c := range cmds {
+		_, sub, _ := strings.Cut(c.name, " ")
+		heads[i] = strings.TrimSpace(sub + " " + c.args)
+		width = max(width, len(heads[i]))
+	}
+	for i, c := range cmds {
+		fmt.Fprintf(w, "  %-*s  %s\n", width, heads[i], c.summary)
+	}
+	fmt.Fprintf(w, `
+A subcommand's arguments and flags: lash-admin %[1]s SUBCOMMAND -h
+(or lash-admin help %[1]s SUBCOMMAND). Global settings: lash-admin --help.
+`, group)
+}
+
+// help is lash-admin help [COMMAND], where COMMAND may be a group.
 func (a *app) help(args []string) error {
 	if len(args) == 0 {
 		a.usage(a.stdout)
@@ -204,6 +225,10 @@ func (a *app) help(args []string) error {
 	}
 	c, n := lookup(args)
 	if c == nil || n != len(args) {
+		if len(args) == 1 && len(groupCommands(args[0])) > 0 {
+			a.groupUsage(a.stdout, args[0])
+			return errHelp
+		}
 		return a.usagef("help: unknown command %q", strings.Join(args, " "))
 	}
 	a.commandUsage(a.stdout, c)

@@ -44,6 +44,35 @@ func TestHelp(t *testing.T) {
 			}
 		}
 	}
+	// A group's help lists its subcommands, with their summaries and how to
+	// get each one's help.
+	for _, group := range []string{"sessions", "leases", "nodes", "quarantine"} {
+		for _, args := range [][]string{{"help", group}, {group, "-h"}, {group, "--help"}, {group, "-help"}, {"--nats", "nats://x:1", group, "--json", "-h"}} {
+			code, out, errOut := run(t, args...)
+			if code != 0 || errOut != "" || !strings.HasPrefix(out, "Usage: lash-admin "+group+" SUBCOMMAND") ||
+				!strings.Contains(out, "lash-admin "+group+" SUBCOMMAND -h") {
+				t.Errorf("%q: %d %q %q", args, code, out, errOut)
+				continue
+			}
+			n := 0
+			for _, c := range commands() {
+				g, sub, _ := strings.Cut(c.name, " ")
+				if g != group {
+					continue
+				}
+				n++
+				if !strings.Contains(out, "\n  "+strings.TrimSpace(sub+" "+c.args)+"  ") || !strings.Contains(out, c.summary+"\n") {
+					t.Errorf("%q does not list %s with its summary:\n%s", args, c.name, out)
+				}
+			}
+			if n == 0 {
+				t.Errorf("group %s has no commands", group)
+			}
+		}
+	}
+	if _, out, _ := run(t, "--help"); !strings.Contains(out, "(sessions, leases, nodes, quarantine)") {
+		t.Errorf("--help does not name the groups:\n%s", out)
+	}
 	if _, out, _ := run(t, "verify", "-h"); !strings.Contains(out, "--system prompt  (env LASH_SYSTEM") {
 		t.Errorf("verify -h does not list the machine settings:\n%s", out)
 	}
@@ -61,7 +90,7 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{nil, "no command"},
 		{[]string{"nope"}, `unknown command "nope"`},
-		{[]string{"sessions"}, "sessions: give a subcommand: ls or show"},
+		{[]string{"sessions"}, "sessions: give a subcommand: ls or show (see lash-admin sessions -h)"},
 		{[]string{"quarantine", "rm"}, `quarantine: unknown subcommand "rm"; give ls`},
 		{[]string{"--key", "k", "send", "s", "t"}, "unknown flag --key before the command"},
 		{[]string{"sessions", "ls", "extra"}, `sessions ls takes no arguments, got "extra"`},
@@ -76,6 +105,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"streams", "--config", "/nowhere/lash.conf"}, "config file"},
 		{[]string{"leases", "ls", "--lease-ttl", "soon"}, `invalid value "soon"`},
 		{[]string{"help", "bogus"}, `help: unknown command "bogus"`},
+		{[]string{"help", "sessions", "bogus"}, `help: unknown command "sessions bogus"`},
 		{[]string{"streams", "--listen", "127.0.0.1:0"}, "picks a free port: give --nats"},
 		{[]string{"streams", "--listen", "localhost"}, `--listen "localhost": want host:port`},
 		// Arguments are checked before lash-admin connects (there is no

@@ -5,7 +5,9 @@
 //
 // It connects as lash-node does: the same connection flags, the same
 // LASH_ environment and the same --config file, so one environment
-// configures both. Run lash-admin --help for the commands.
+// configures both. Run lash-admin --help for the commands, lash-admin
+// GROUP -h for a group's subcommands (sessions, leases, nodes, quarantine),
+// lash-admin COMMAND -h for one command.
 //
 // Exit status: 0 on success, 1 on a runtime error (one line on stderr),
 // 2 on invalid usage (one line on stderr).

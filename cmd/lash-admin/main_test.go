@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -334,7 +335,8 @@ func TestAdmin(t *testing.T) {
 	for _, s := range st.Streams {
 		names = append(names, s.Name)
 	}
-	if st.SchemaVersion != "1" || st.BuildSchemaVersion != "1" || st.LeaseBucket != "LASH_LEASES" || st.Prefix != "lash" ||
+	schema := strconv.Itoa(streams.SchemaVersion)
+	if st.SchemaVersion != schema || st.BuildSchemaVersion != schema || st.LeaseBucket != "LASH_LEASES" || st.Prefix != "lash" ||
 		!slices.Equal(names, []string{"LASH_SESSIONS", "LASH_EFFECTS", "LASH_PROCESSES", "LASH_TRIGGERS", "KV_LASH_LEASES"}) ||
 		st.Streams[0].Messages == 0 || st.Streams[0].LastSeq != lastSeq(t, c, streams.Sessions) || st.Streams[4].Bucket != "LASH_LEASES" {
 		t.Errorf("streams %+v", st)
@@ -363,7 +365,7 @@ func TestAdmin(t *testing.T) {
 		contains(t, a.ok("effects", "s1", tj.Turn), "RECORDED AT", "llm-call", "executed", "node-a", fx.Effects[0].Hash[:8])
 		contains(t, a.ok("leases", "ls"), "TOKEN", "s9", "holder/inc-1@h1", "no")
 		contains(t, a.ok("nodes", "ls"), "INCARNATION", "node-a")
-		contains(t, a.ok("streams"), "LASH_SESSIONS", "lash.sess.>", "bucket LASH_LEASES", "schema version 1")
+		contains(t, a.ok("streams"), "LASH_SESSIONS", "lash.sess.>", "bucket LASH_LEASES", "schema version "+schema)
 		contains(t, a.ok("quarantine", "ls"), "LASH_SESSIONS", "lash.sess.x.in", `{"nope":1}`, "LASH_TRIGGERS", "not json")
 	})
 
@@ -575,5 +577,61 @@ func checkInput(t *testing.T, c *streams.Client, session string, seq uint64, wan
 	m, err := c.NextOnSubject(context.Background(), subj, seq)
 	if err != nil || m.Seq != seq || string(m.Data) != want {
 		t.Fatalf("input %d on %s: %+v %v, want %s", seq, subj, m, err, want)
+	}
+}
+
+// quarantine ls shows a long reason whole, in the last column, and clips
+// only a long subject (the JSON form keeps it).
+func TestQuarantineLongReason(t *testing.T) {
+	srv := testenv.RunJetStream(t)
+	ctx := context.Background()
+	c, err := streams.Open(ctx, srv.Conn(t), streams.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	field := "field_" + strings.Repeat("x", 240)
+	session := "s" + strings.Repeat("y", 120)
+	subject, _ := c.Subjects().SessionInputs(session)
+	if _, _, err := c.Publish(ctx, streams.Publication{Subject: subject, Data: []byte(`{"` + field + `":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) string {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		args = append([]string{"--nats", srv.URL(), "--cache", filepath.Join(t.TempDir(), "cache"), "quarantine", "ls"}, args...)
+		if code := Run(ctx, args, strings.NewReader(""), &stdout, &stderr); code != 0 {
+			t.Fatalf("%q: exit %d\n%s%s", args, code, stdout.String(), stderr.String())
+		}
+		return stdout.String()
+	}
+	var q quarantineJSON
+	if err := json.Unmarshal([]byte(run("--json")), &q); err != nil {
+		t.Fatal(err)
+	}
+	if len(q.Quarantine) != 1 {
+		t.Fatalf("quarantine %+v", q)
+	}
+	reason := q.Quarantine[0].Reason
+	if len(reason) <= 200 || !strings.Contains(reason, field) || q.Quarantine[0].Subject != subject {
+		t.Fatalf("poison %+v: want the whole subject and a reason over 200 characters naming the field", q.Quarantine[0])
+	}
+
+	lines := strings.Split(strings.TrimSuffix(run(), "\n"), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("table of %d lines:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	head, line := lines[0], lines[1]
+	if !strings.HasSuffix(head, "REASON") || strings.Index(head, "PAYLOAD") > strings.Index(head, "REASON") {
+		t.Errorf("REASON is not the last column: %q", head)
+	}
+	if !strings.HasSuffix(line, cell(reason)) {
+		t.Errorf("the table does not end the row with the whole reason %q:\n%s", reason, line)
+	}
+	if clipped := subject[:subjectWidth-3] + "..."; !strings.Contains(line, clipped+" ") || strings.Contains(line, subject) {
+		t.Errorf("the table does not clip the subject to %q:\n%s", clipped, line)
+	}
+	// The columns before the reason line up with the header's.
+	if i := strings.Index(head, "PAYLOAD"); i < 0 || !strings.HasPrefix(line[i:], q.Quarantine[0].Preview) {
+		t.Errorf("the payload is not under its header:\n%s\n%s", head, line)
 	}
 }

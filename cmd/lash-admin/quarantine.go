@@ -18,13 +18,17 @@ var quarantineLsCmd = &command{
 	summary: "messages set aside as malformed: inputs, log entries, signals",
 	doc: `Lists the messages lash-admin's projections set aside because they could not fold them
 (an input that is not valid input JSON, a log entry this version cannot read, a signal
-that is not JSON): the stream and sequence, subject, the fold that refused it, why, and
-the start of its payload. The JSON form carries the payload (as stored: at most 64 KiB)
-in base64. Requests the running nodes' API refused are listed too (stream "node-api",
+that is not JSON): the stream and sequence, subject, the fold that refused it, the start
+of its payload, and why, in full, in the last column. The table clips a subject longer
+than 80 characters (ending it with "..."); the JSON form carries every subject whole,
+and the payload (as stored: at most 64 KiB) in base64. Requests the running nodes' API refused are listed too (stream "node-api",
 the node in place of the fold): each node keeps its newest ones in memory, as they are
 stored nowhere else.`,
 	run: runQuarantineLs,
 }
+
+// subjectWidth is how much of a subject the table shows.
+const subjectWidth = 80
 
 type poisonJSON struct {
 	Stream        string `json:"stream"`
@@ -71,9 +75,11 @@ func runQuarantineLs(a *app, _ []string) error {
 	}
 	out.Quarantine = append(out.Quarantine, refused...)
 	return a.emit(out, func(w io.Writer) {
-		row(w, "STREAM", "SEQ", "SUBJECT", "FOLD", "REASON", "PAYLOAD")
+		// The reason comes last and whole: a long one runs on without
+		// widening the columns before it.
+		row(w, "STREAM", "SEQ", "SUBJECT", "FOLD", "PAYLOAD", "REASON")
 		for _, m := range out.Quarantine {
-			row(w, m.Stream, m.Seq, m.Subject, m.Fold, clip(m.Reason, 80), m.Preview)
+			row(w, m.Stream, m.Seq, clip(m.Subject, subjectWidth), m.Fold, m.Preview, m.Reason)
 		}
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/lash-run/lash"
 	"github.com/lash-run/lash/internal/cli"
@@ -65,7 +66,8 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) (err error) {
 		return err
 	}
 	cleanups = append(cleanups, release)
-	nc, err := connect(s, log, &cleanups)
+	watch := newConnWatch()
+	nc, err := connect(s, log, watch, &cleanups)
 	if err != nil {
 		return err
 	}
@@ -158,7 +160,15 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) (err error) {
 	var runErr error
 	select {
 	case <-ctx.Done():
+	case runErr = <-watch.lost:
 	case runErr = <-failed:
+		// A connection closed for good is the cause; what failed with it
+		// is a symptom.
+		if nc.IsClosed() {
+			runErr = closedForGood(nc)
+		}
+	}
+	if runErr != nil {
 		log.Error("lash-node failing; draining", "err", runErr)
 	}
 
@@ -186,15 +196,68 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) (err error) {
 	return runErr
 }
 
+// errNATSClosed ends a node whose NATS connection nats.go closed for good:
+// the server refused it on reconnect (its credentials no longer hold), or
+// it broke the protocol. Nothing would ever arrive again; the node drains
+// and exits 1, for its supervisor to start it again.
+var errNATSClosed = errors.New("NATS connection closed for good")
+
+// connWatch tells a connection closed for good from one lash-node closed
+// itself (in a drain, or after a failed start).
+type connWatch struct {
+	ours atomic.Bool // set before lash-node closes the connection
+	lost chan error  // why the connection was closed for good; at most one
+}
+
+func newConnWatch() *connWatch { return &connWatch{lost: make(chan error, 1)} }
+
+// options are the watch's handlers, for the connection's options: the
+// ClosedHandler, and an ErrorHandler that logs the errors no call returns
+// (nats.go's default prints them to stderr, bypassing the log).
+func (w *connWatch) options(log *slog.Logger) []nats.Option {
+	return []nats.Option{
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			if w.ours.Load() {
+				return
+			}
+			select {
+			case w.lost <- closedForGood(nc):
+			default:
+			}
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if sub != nil {
+				log.Warn("NATS error", "err", err, "subject", sub.Subject)
+				return
+			}
+			log.Warn("NATS error", "err", err)
+		}),
+	}
+}
+
+// close closes nc as lash-node's own doing.
+func (w *connWatch) close(nc *nats.Conn) {
+	w.ours.Store(true)
+	nc.Close()
+}
+
+// closedForGood is errNATSClosed with the connection's last error.
+func closedForGood(nc *nats.Conn) error {
+	if err := nc.LastError(); err != nil {
+		return fmt.Errorf("%w: %v", errNATSClosed, err)
+	}
+	return fmt.Errorf("%w: no error reported", errNATSClosed)
+}
+
 // connect joins the NATS given by the settings, or starts the embedded
-// server.
-func connect(s *settings, log *slog.Logger, cleanups *[]func()) (*nats.Conn, error) {
+// server. The connection reports to watch when it is closed for good.
+func connect(s *settings, log *slog.Logger, watch *connWatch, cleanups *[]func()) (*nats.Conn, error) {
 	if s.conn.URL != "" {
-		nc, err := s.conn.Connect("lash-node", "")
+		nc, err := s.conn.Connect("lash-node", "", watch.options(log)...)
 		if err != nil {
 			return nil, err
 		}
-		*cleanups = append(*cleanups, nc.Close)
+		*cleanups = append(*cleanups, func() { watch.close(nc) })
 		log.Info("connected to NATS", "url", nc.ConnectedUrlRedacted())
 		return nc, nil
 	}
@@ -202,16 +265,16 @@ func connect(s *settings, log *slog.Logger, cleanups *[]func()) (*nats.Conn, err
 	if err != nil {
 		return nil, err
 	}
-	e, err := streams.StartEmbedded(streams.EmbeddedConfig{StoreDir: filepath.Join(s.data, "nats"), Listen: listen})
+	e, err := streams.StartEmbedded(streams.EmbeddedConfig{StoreDir: filepath.Join(s.data, "nats"), Listen: listen, Logger: log})
 	if err != nil {
 		return nil, err
 	}
 	*cleanups = append(*cleanups, e.Shutdown)
-	nc, err := e.Connect(nats.Name("lash-node"))
+	nc, err := e.Connect(append(watch.options(log), nats.Name("lash-node"))...)
 	if err != nil {
 		return nil, err
 	}
-	*cleanups = append(*cleanups, nc.Close)
+	*cleanups = append(*cleanups, func() { watch.close(nc) })
 	log.Info("embedded NATS with JetStream running", "url", e.ClientURL(), "data", s.data, "fsync", "always")
 	return nc, nil
 }

@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -18,6 +22,7 @@ import (
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/testenv"
 	"github.com/lash-run/lash/tools/natstool"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 )
@@ -307,5 +312,132 @@ func TestDataDirectoryIsLocked(t *testing.T) {
 	code, _, stderr := runOnce(t, nil, "--script", script, "--data", dir, "--listen", "127.0.0.1:0", "--http", "off")
 	if code != 1 || !strings.Contains(stderr, "another lash-node uses --data") || strings.Contains(stderr, "embedded NATS") {
 		t.Fatalf("second node on the same data: exit %d\n%s", code, stderr)
+	}
+	// The refused node left the first one's lock file alone; the first
+	// removes it when it stops.
+	lock := filepath.Join(dir, "lash-node.lock")
+	if _, err := os.Stat(lock); err != nil {
+		t.Fatalf("lock file after the refusal: %v", err)
+	}
+	p.signal(syscall.SIGTERM)
+	if code := p.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit status %d after SIGTERM", code)
+	}
+	if _, err := os.Stat(lock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("lock file after a drain: %v", err)
+	}
+}
+
+// A start that fails after the node locked its data directory leaves no
+// lock file behind.
+func TestFailedStartRemovesLock(t *testing.T) {
+	script := writeFile(t, "node.script", nodeScript)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for _, c := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unreachable NATS", []string{"--nats", "nats://127.0.0.1:1"}, "connect to NATS at nats://127.0.0.1:1"},
+		{"embedded server port in use", []string{"--listen", busy.Addr().String()}, "address already in use"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			args := append([]string{"--script", script, "--data", dir, "--http", "off", "--log-format", "json"}, c.args...)
+			code, _, stderr := runOnce(t, nil, args...)
+			if code != 1 || !strings.Contains(stderr, c.want) {
+				t.Fatalf("exit %d, want 1 with %q\n%s", code, c.want, stderr)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "lash-node.lock")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("lock file after a failed start: %v", err)
+			}
+		})
+	}
+}
+
+// runInProcess runs lash-node's run in this process with args (and
+// whatever LASH_ environment the test has: the tests set none) and returns
+// a channel that receives its exit status, and its stderr.
+func runInProcess(t *testing.T, ctx context.Context, args ...string) (<-chan int, *testenv.Buffer) {
+	t.Helper()
+	var stdout, stderr testenv.Buffer
+	code := make(chan int, 1)
+	go func() { code <- run(ctx, args, &stdout, &stderr) }()
+	return code, &stderr
+}
+
+// exitWithin waits for run's exit status.
+func exitWithin(t *testing.T, code <-chan int, stderr *testenv.Buffer, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case c := <-code:
+		return c
+	case <-time.After(timeout):
+		t.Fatalf("lash-node still running after %s; stderr:\n%s", timeout, stderr)
+		return 0
+	}
+}
+
+// A node whose NATS connection is closed for good drains and exits 1,
+// saying why; a node that closes its connection in a drain exits 0.
+//
+// The server takes the node's password away: ReloadOptions disconnects the
+// clients whose credentials no longer hold, and nats.go closes the
+// connection for good when the server refuses its reconnect twice.
+func TestNATSClosedForGoodExits1(t *testing.T) {
+	srv := testenv.RunJetStream(t, testenv.WithOptions(func(o *server.Options) {
+		o.Username, o.Password = "lash", "old"
+	}))
+	script := writeFile(t, "node.script", nodeScript)
+	args := func() []string {
+		return []string{"--script", script, "--nats", srv.URL(), "--user", "lash", "--password", "old",
+			"--data", t.TempDir(), "--http", "off", "--log-format", "json", "--drain-timeout", "5s"}
+	}
+	running := func(stderr *testenv.Buffer) {
+		t.Helper()
+		testenv.WaitFor(t, 20*time.Second, func() error {
+			if !strings.Contains(stderr.String(), `"msg":"lash-node running"`) {
+				return errors.New("lash-node not running yet")
+			}
+			return nil
+		})
+	}
+
+	t.Run("drain", func(t *testing.T) {
+		ctx, drain := context.WithCancel(context.Background())
+		defer drain()
+		code, stderr := runInProcess(t, ctx, args()...)
+		running(stderr)
+		drain()
+		if c := exitWithin(t, code, stderr, 30*time.Second); c != 0 || strings.Contains(stderr.String(), "closed for good") {
+			t.Fatalf("exit status %d after a drain, want 0; stderr:\n%s", c, stderr)
+		}
+	})
+
+	ctx, drain := context.WithCancel(context.Background())
+	defer drain()
+	code, stderr := runInProcess(t, ctx, args()...)
+	running(stderr)
+	srv.Reload(func(o *server.Options) { o.Password = "new" })
+	if c := exitWithin(t, code, stderr, 30*time.Second); c != 1 {
+		t.Fatalf("exit status %d after the password changed, want 1; stderr:\n%s", c, stderr)
+	}
+	var stopped map[string]any
+	for _, line := range strings.Split(stderr.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == "lash-node stopped" {
+			stopped = m
+		}
+	}
+	if err, _ := stopped["err"].(string); !strings.HasPrefix(err, "NATS connection closed for good: ") ||
+		!strings.Contains(strings.ToLower(err), "authorization violation") {
+		t.Errorf("lash-node stopped with %q; stderr:\n%s", err, stderr)
+	}
+	if !strings.Contains(stderr.String(), `"msg":"drained"`) {
+		t.Errorf("no drain; stderr:\n%s", stderr)
 	}
 }

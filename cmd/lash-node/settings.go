@@ -94,7 +94,10 @@ named "lash", endpoints <prefix>.api.submit, status, decide, cancel and
 info), /healthz and /metrics on --http, and offers the built-in tools
 (sleep, wait_for_approval, wait_for_signal) and every tool served over NATS
 under <prefix>.tool.<name>. SIGTERM or SIGINT drains the node and exits 0;
-a second signal exits at once with status 1.
+a second signal exits at once with status 1. A node that cannot start, or
+whose NATS connection is closed for good (its credentials refused on
+reconnect, a protocol error), drains what it can and exits with status 1,
+for its supervisor to start it again.
 
 lash-node demo runs a durable turn on an embedded server in a temporary
 directory: its worker dies in the middle, a second worker finishes it by

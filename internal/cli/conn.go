@@ -76,12 +76,13 @@ func (c *Conn) Options(name string) []nats.Option {
 	return opts
 }
 
-// Connect dials url (c.URL when empty) with the settings.
-func (c *Conn) Connect(name, url string) (*nats.Conn, error) {
+// Connect dials url (c.URL when empty) with the settings, then extra
+// (a ClosedHandler, say).
+func (c *Conn) Connect(name, url string, extra ...nats.Option) (*nats.Conn, error) {
 	if url == "" {
 		url = c.URL
 	}
-	nc, err := nats.Connect(url, c.Options(name)...)
+	nc, err := nats.Connect(url, append(c.Options(name), extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}
