@@ -152,7 +152,7 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 		if o.storeDir == "" {
 			return nil, errors.New("lash: give a NATS connection (WithConn) or a data directory (WithEmbedded)")
 		}
-		e, err := streams.StartEmbedded(streams.EmbeddedConfig{StoreDir: o.storeDir, Listen: "none"})
+		e, err := streams.StartEmbedded(streams.EmbeddedConfig{StoreDir: o.storeDir, Listen: "none", Logger: o.logger})
 		if err != nil {
 			return nil, err
 		}
