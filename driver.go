@@ -47,11 +47,12 @@ func (s *Session) Run(ctx context.Context) ([]TurnResult, error) {
 
 // run is Run, also returning the session's input cursor when it stopped:
 // every input up to it is consumed.
-func (s *Session) run(ctx context.Context) ([]TurnResult, uint64, error) {
+func (s *Session) run(ctx context.Context) (_ []TurnResult, _ uint64, err error) {
 	n := s.n
 	if err := streams.CheckID(s.id); err != nil {
 		return nil, 0, fmt.Errorf("%w: session: %v", ErrBadInput, err)
 	}
+	defer func() { n.health.ran(err) }()
 	n.mu.Lock()
 	if n.closing {
 		n.mu.Unlock()
@@ -126,7 +127,6 @@ func (s *Session) run(ctx context.Context) ([]TurnResult, uint64, error) {
 		err = cause
 		n.observe(Event{Kind: EventLeaseLost, Session: s.id, Err: err})
 	}
-	n.health.ran(err)
 	if err != nil && !errors.Is(err, ErrSettingsMismatch) {
 		n.observe(Event{Kind: EventTurnFailed, Session: s.id, Err: err})
 	}

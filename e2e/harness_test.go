@@ -75,8 +75,14 @@ type proc struct {
 // start runs a built command with args; the test's cleanup kills it.
 func start(t *testing.T, name, command string, args ...string) *proc {
 	t.Helper()
+	return startEnv(t, name, nil, command, args...)
+}
+
+// startEnv is start with more environment variables.
+func startEnv(t *testing.T, name string, env []string, command string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, name: name, cmd: exec.Command(binary(t, command), args...), done: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), "NATS_URL=") // only what the test says
+	p.cmd.Env = append(append(os.Environ(), "NATS_URL="), env...) // only what the test says
 	r, w := io.Pipe()
 	p.cmd.Stdout, p.cmd.Stderr = w, w
 	if err := p.cmd.Start(); err != nil {
@@ -186,17 +192,17 @@ type deployment struct {
 	replicas int
 }
 
-func newDeployment(t *testing.T) *deployment {
-	srv := testenv.RunJetStream(t)
+func newDeployment(t *testing.T, opts ...testenv.Option) *deployment {
+	srv := testenv.RunJetStream(t, opts...)
 	return &deployment{t: t, url: srv.URL(), nc: srv.Conn(t), dir: t.TempDir()}
 }
 
 // newClusterDeployment runs the deployment on a 3-server cluster; nodes
 // and lash-admin use R3 streams.
-func newClusterDeployment(t *testing.T) *deployment {
+func newClusterDeployment(t *testing.T, opts ...testenv.Option) *deployment {
 	binary(t, "lash-node") // skips under -short before the cluster starts
 	testenv.SkipClusterUnderRace(t)
-	c := testenv.RunCluster(t, 3)
+	c := testenv.RunCluster(t, 3, opts...)
 	return &deployment{t: t, url: c.URL(), nc: c.Conn(t), dir: t.TempDir(), replicas: 3}
 }
 

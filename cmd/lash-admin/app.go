@@ -46,7 +46,7 @@ type command struct {
 
 // commands lists the commands in the order help shows them.
 func commands() []*command {
-	return []*command{sessionsLsCmd, sessionsShowCmd, transcriptCmd, turnsCmd, effectsCmd,
+	return []*command{sessionsLsCmd, sessionsShowCmd, transcriptCmd, turnsCmd, settingsCmd, effectsCmd,
 		leasesLsCmd, nodesLsCmd, streamsCmd, quarantineLsCmd,
 		sendCmd, decideCmd, cancelCmd, signalCmd, rebuildCmd, verifyCmd}
 }
@@ -71,6 +71,7 @@ type app struct {
 	leaseTTL time.Duration
 	// Command flags.
 	json               bool
+	asConfigured       bool
 	key, payload, mode string
 	// What check prepared: an input to append, a signal to publish, a
 	// turn id.

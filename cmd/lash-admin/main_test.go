@@ -489,7 +489,11 @@ func TestAdmin(t *testing.T) {
 
 	t.Run("verify", func(t *testing.T) {
 		var v verifyJSON
-		a.json(&v, "verify", "s1", "--model", "scripted", "--system", system)
+		a.json(&v, "verify", "s1")
+		if !v.OK || len(v.Turns) != 1 || v.Turns[0].Verdict != "ok" || v.Turns[0].Replayed == 0 {
+			t.Fatalf("verify with the recorded settings %+v", v)
+		}
+		a.json(&v, "verify", "s1", "--as-configured", "--model", "scripted", "--system", system)
 		if !v.OK || len(v.Turns) != 1 || v.Turns[0].Verdict != "ok" || v.Turns[0].Replayed == 0 {
 			t.Fatalf("verify %+v", v)
 		}
@@ -499,7 +503,7 @@ func TestAdmin(t *testing.T) {
 		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		r := a.runIn(nil, "--cache", a.cache, "verify", "s1", "--config", conf)
+		r := a.runIn(nil, "--cache", a.cache, "verify", "--as-configured", "s1", "--config", conf)
 		if r.code != 1 || !strings.Contains(r.stdout, "DIVERGED") || !strings.Contains(r.stdout, "+ message 0 system: You are another agent.") ||
 			!strings.Contains(r.stderr, "1 of 1 turns diverged") {
 			t.Fatalf("verify with another prompt: %+v", r)
@@ -507,7 +511,7 @@ func TestAdmin(t *testing.T) {
 		// The same from the environment, with the prompt the node ran.
 		a.env = []string{"LASH_CONFIG=" + conf, "LASH_SYSTEM=" + system}
 		defer func() { a.env = nil }()
-		if r := a.runIn(nil, "--cache", a.cache, "verify", "s1", tj.Turn); r.code != 0 || !strings.Contains(r.stdout, "OK") {
+		if r := a.runIn(nil, "--cache", a.cache, "verify", "--as-configured", "s1", tj.Turn); r.code != 0 || !strings.Contains(r.stdout, "OK") {
 			t.Fatalf("verify from the environment: %+v", r)
 		}
 	})

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"time"
 
@@ -16,8 +18,10 @@ var turnsCmd = &command{
 	doc: `Lists a session's committed turns in commit order, read from its log: the turn id
 ("in-<input sequence>"), the revision of its commit, status and termination, how long
 it took from its input to its commit (by the server's clock), tokens (input+output),
-model calls (iterations), messages, calls left suspended, and the node run
-(node/incarnation) that committed it.`,
+model calls (iterations), messages, calls left suspended, the node run
+(node/incarnation) that committed it, and the fingerprint of the turn settings it ran
+under ("lash-admin settings ID TURN" prints them). A turn committed as failed (it could
+never succeed) shows its code and cause as its termination.`,
 	min: 1, max: 1,
 	run: runTurns,
 }
@@ -39,6 +43,10 @@ type turnJSON struct {
 	Started    *time.Time `json:"started"`
 	Committed  time.Time  `json:"committed"`
 	DurationMS float64    `json:"duration_ms"`
+	// Settings is the fingerprint of the turn settings it ran under;
+	// Failed is set on a turn committed as failed.
+	Settings string `json:"settings"`
+	Failed   bool   `json:"failed"`
 }
 
 type turnsJSON struct {
@@ -95,13 +103,13 @@ func runTurns(a *app, args []string) error {
 		out.Turns = append(out.Turns, turnJSON{Turn: t.Turn, Seq: t.Seq, Input: t.Input, Cursor: t.Cursor, Status: t.Status,
 			Termination: terminationOf(t.Termination), Usage: usageOf(t.Usage), Iterations: t.Iterations,
 			Messages: t.Messages, Suspended: t.Suspended, Committer: t.Committer, Started: optTime(t.Started),
-			Committed: utc(t.Committed), DurationMS: ms(t.Duration)})
+			Committed: utc(t.Committed), DurationMS: ms(t.Duration), Settings: t.Settings, Failed: t.Failed})
 	}
 	return a.emit(out, func(w io.Writer) {
-		row(w, "TURN", "SEQ", "STATUS", "TERMINATION", "DURATION", "TOKENS", "ITER", "MSGS", "SUSP", "COMMITTER", "COMMITTED")
+		row(w, "TURN", "SEQ", "STATUS", "TERMINATION", "DURATION", "TOKENS", "ITER", "MSGS", "SUSP", "COMMITTER", "COMMITTED", "SETTINGS")
 		for _, t := range ts {
 			row(w, t.Turn, t.Seq, t.Status, fmtTermination(t.Termination), fmtDuration(t.Duration), fmtUsage(t.Usage),
-				t.Iterations, t.Messages, t.Suspended, t.Committer, fmtTime(t.Committed))
+				t.Iterations, t.Messages, t.Suspended, t.Committer, fmtTime(t.Committed), t.Settings[:min(len(t.Settings), 12)])
 		}
 	})
 }
@@ -120,4 +128,48 @@ func (a *app) checkTurn(arg string) error {
 	}
 	a.turnArg = "in-" + arg
 	return nil
+}
+
+var settingsCmd = &command{
+	name:    "settings",
+	args:    "ID TURN",
+	summary: "the turn settings a committed turn ran under",
+	doc: `Prints the turn settings a committed turn ran under (model, system prompt, sampling,
+limits, decision wait, grace prompt, label), read from the object store by the
+fingerprint its commit carries. TURN is a turn id or the sequence of its input.`,
+	min: 2, max: 2,
+	check: func(a *app, args []string) error { return a.checkTurn(args[1]) },
+	run:   runSettings,
+}
+
+type settingsJSON struct {
+	Session     string        `json:"session"`
+	Turn        string        `json:"turn"`
+	Fingerprint string        `json:"fingerprint"`
+	Settings    lash.Settings `json:"settings"`
+}
+
+func runSettings(a *app, args []string) error {
+	ts, err := a.turns(args[0])
+	if err != nil {
+		return err
+	}
+	for _, t := range ts {
+		if t.Turn != a.turnArg {
+			continue
+		}
+		if t.Settings == "" {
+			return fmt.Errorf("session %s: turn %s names no turn settings (committed by an older version)", args[0], t.Turn)
+		}
+		s, err := lash.NewInspector(a.client).Settings(a.ctx, t.Settings)
+		if err != nil {
+			return err
+		}
+		out := settingsJSON{Session: args[0], Turn: t.Turn, Fingerprint: t.Settings, Settings: s}
+		return a.emit(out, func(w io.Writer) {
+			data, _ := json.MarshalIndent(s, "", "  ")
+			fmt.Fprintf(w, "session %s, turn %s: settings %s\n%s\n", args[0], t.Turn, t.Settings, data)
+		})
+	}
+	return fmt.Errorf("session %s has no committed turn %s", args[0], a.turnArg)
 }

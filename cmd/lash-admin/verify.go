@@ -8,21 +8,28 @@ import (
 	"strings"
 
 	"github.com/lash-run/lash"
+	"github.com/lash-run/lash/turn"
 )
 
 var verifyCmd = &command{
 	name:    "verify",
 	args:    "ID [TURN]",
 	summary: "replay a session's turns through this build's machine",
-	doc: `Replays a session's committed turns (or only TURN) through the turn machine as this
-build and the machine settings configure it, feeding each effect its journaled outcome,
-and says per turn OK, DIVERGED or UNVERIFIABLE (its journal is gone). A divergence
-names the effect, the recorded and the current request hashes, and diffs the requests:
-a deploy that would stop replay with a nondeterminism error. Nothing is performed.
-The machine settings are lash-node's: give the same --config file or environment.
-Exits 1 when a turn diverged.`,
+	doc: `Replays a session's committed turns (or only TURN) through this build's turn machine,
+feeding each effect its journaled outcome, and says per turn OK, DIVERGED, FAILED (it
+was committed as failed and has nothing to replay) or UNVERIFIABLE (its journal is
+gone). Each turn is replayed under the turn settings it ran with, read from the object
+store by the fingerprint its commit carries: no machine flags are needed. With
+--as-configured every turn is replayed under the settings the flags, environment and
+config file give instead (--system, --model, ...): what a node started with them
+would do. A divergence names the effect, the recorded and the current request hashes,
+and diffs the requests: a deploy that would stop replay with a nondeterminism error.
+Nothing is performed. Exits 1 when a turn diverged.`,
 	min: 1, max: 2,
 	check: checkVerify,
+	flags: func(a *app, fs *flag.FlagSet) {
+		fs.BoolVar(&a.asConfigured, "as-configured", false, "replay under the machine settings given, not each turn's recorded ones")
+	},
 	settings: func(a *app, fs *flag.FlagSet) {
 		a.machine.Register(fs)
 		fs.StringVar(&a.script, "script", "", "lash-node's scripted model `file`: with no --model, the model name is \"scripted\", as lash-node makes it")
@@ -51,7 +58,14 @@ func checkVerify(a *app, args []string) error {
 
 func runVerify(a *app, args []string) error {
 	id, tid := args[0], a.turnArg
-	rep, err := lash.NewInspector(a.client).Verify(a.ctx, a.machine.Config(), id, tid)
+	in := lash.NewInspector(a.client)
+	var rep *lash.VerifyReport
+	var err error
+	if a.asConfigured {
+		rep, err = in.Verify(a.ctx, a.machine.Config(), id, tid)
+	} else {
+		rep, err = in.VerifyRecorded(a.ctx, turn.Hooks{}, id, tid)
+	}
 	switch {
 	case errors.Is(err, lash.ErrUnknownSession):
 		known, kerr := a.known(id)

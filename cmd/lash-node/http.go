@@ -27,15 +27,19 @@ type health struct {
 	draining atomic.Bool
 }
 
-// check returns nil when the node is connected to NATS and its projection
-// runs: it folds, within healthWait, everything the SESSIONS stream held
-// when asked. Otherwise it says why not.
+// check returns nil when the node is connected to NATS, its session runs
+// do not keep failing (a store that refuses writes, say), and its
+// projection runs: it folds, within healthWait, everything the SESSIONS
+// stream held when asked. Otherwise it says why not.
 func (h *health) check(ctx context.Context) error {
 	if h.draining.Load() {
 		return errors.New("draining")
 	}
 	if !h.nc.IsConnected() {
 		return fmt.Errorf("not connected to NATS (%s)", h.nc.Status())
+	}
+	if err := h.node.Health(); err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, healthWait)
 	defer cancel()

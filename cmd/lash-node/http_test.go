@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,6 +15,8 @@ import (
 	"github.com/lash-run/lash/provider/scripted"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/testenv"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // /healthz says 200 while the node is connected and its projection folds
@@ -73,6 +76,67 @@ func TestHealth(t *testing.T) {
 	}
 }
 
+// A node whose session runs keep failing, here on a store that refuses
+// writes, is degraded; it recovers with the next run that succeeds.
+func TestHealthDegradedOnFullStore(t *testing.T) {
+	defer func(d time.Duration) { healthWait = d }(healthWait)
+	healthWait = time.Second
+	srv := testenv.RunJetStream(t, testenv.WithOptions(func(o *server.Options) { o.JetStreamMaxStore = 8 << 20 }))
+	nc := srv.Conn(t)
+	ctx := context.Background()
+	node, err := lash.Open(ctx, lash.WithConn(nc), lash.WithProjection(t.TempDir()),
+		lash.WithModel(scripted.NewModel(scripted.MustParse(okScript))),
+		lash.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer node.Close(ctx)
+	h := &health{nc: nc, node: node}
+	for i := range 4 {
+		if _, _, err := node.Session(fmt.Sprint("s", i)).Send(ctx, "k1", lash.Input{Text: "hi"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Fill the store.
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fill, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "FILL", Subjects: []string{"fill"}, Storage: jetstream.FileStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 256<<10)
+	for i := 0; ; i++ {
+		if _, err := js.Publish(ctx, "fill", chunk); err != nil {
+			break
+		}
+		if i > 100 {
+			t.Fatal("the store never filled")
+		}
+	}
+	if err := h.check(ctx); err != nil {
+		t.Fatalf("healthy before any run failed: %v", err)
+	}
+	for i := range 3 {
+		if _, err := node.Session(fmt.Sprint("s", i)).Run(ctx); err == nil {
+			t.Fatalf("a run on a full store succeeded")
+		}
+	}
+	if err := h.check(ctx); err == nil || !strings.Contains(err.Error(), "degraded: the last 3 session runs failed") {
+		t.Fatalf("health on a full store: %v", err)
+	}
+	if err := fill.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node.Session("s3").Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.check(ctx); err != nil {
+		t.Fatalf("health after a run succeeded: %v", err)
+	}
+}
+
 // The node's events feed the metrics.
 func TestMetricsFromEvents(t *testing.T) {
 	m := newMetrics()
@@ -81,6 +145,8 @@ func TestMetricsFromEvents(t *testing.T) {
 		{Kind: lash.EventEffectReplayed, Effect: "tool-calls"}, {Kind: lash.EventTurnCommitted, Took: time.Second},
 		{Kind: lash.EventTurnFailed, Err: errors.New("x")}, {Kind: lash.EventLeaseBusy}, {Kind: lash.EventLeaseLost},
 		{Kind: lash.EventCommitConflict}, {Kind: lash.EventWake}, {Kind: lash.EventWake, Err: errors.New("bad signal")},
+		{Kind: lash.EventTurnAborted, Code: lash.FailNondeterminism}, {Kind: lash.EventInputRefused, Err: errors.New("bad")},
+		{Kind: lash.EventSettingsMismatch},
 	} {
 		m.observe(ev)
 	}
@@ -92,6 +158,7 @@ func TestMetricsFromEvents(t *testing.T) {
 		"lash_lease_busy_total": 1, "lash_lease_losses_total": 1, "lash_commit_conflicts_total": 1, "lash_wakes_total": 1,
 		"lash_signals_refused_total": 1, `lash_api_requests_total{code="413",endpoint="submit"}`: 1,
 		`lash_effect_duration_seconds_count{kind="llm-call"}`: 1, "lash_turn_duration_seconds_sum": 1,
+		`lash_turns_aborted_total{code="nondeterminism"}`: 1, "lash_inputs_refused_total": 1, "lash_settings_mismatches_total": 1,
 	} {
 		if got, ok := metricValue(body, series); !ok || got != want {
 			t.Errorf("%s = %v (found %v), want %v", series, got, ok, want)

@@ -80,9 +80,9 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
-	opts := []lash.Option{lash.WithConn(nc), lash.WithStreams(s.conn.Streams()), lash.WithModel(s.model),
+	opts := []lash.Option{lash.WithConn(nc), lash.WithStreams(s.streams()), lash.WithModel(s.model),
 		lash.WithTools(ts.reg), lash.WithMachine(s.machine.Config()), lash.WithLeaseTTL(s.leaseTTL),
-		lash.WithToolTimeout(s.toolTimeout), lash.WithConcurrency(s.concurrency), lash.WithLogger(log),
+		lash.WithToolTimeout(s.toolTimeout), lash.WithConcurrency(s.concurrency), lash.WithLogger(log), lash.WithTurnAttempts(s.turnAttempts),
 		lash.WithProjection(filepath.Join(s.data, "projection")), lash.WithObserver(m.observe)}
 	if s.nodeID != "" {
 		opts = append(opts, lash.WithNodeID(s.nodeID))

@@ -13,6 +13,7 @@ import (
 	"github.com/lash-run/lash/internal/cli"
 	"github.com/lash-run/lash/provider/openai"
 	"github.com/lash-run/lash/provider/scripted"
+	"github.com/lash-run/lash/streams"
 )
 
 // envPrefix starts the environment name of every setting.
@@ -44,6 +45,11 @@ type settings struct {
 	drainTimeout time.Duration
 	http         string
 
+	maxInput     cli.Size
+	inline       cli.Size
+	maxPayload   cli.Size
+	turnAttempts int
+
 	// Read by check: the provider the settings ask for.
 	model lash.Model
 }
@@ -65,6 +71,11 @@ func newFlagSet(s *settings) *flag.FlagSet {
 	fs.DurationVar(&s.toolRefresh, "tool-refresh", 10*time.Second, "how often tools served over NATS (<prefix>.tool.<name>) are discovered again (0: only at start)")
 	fs.DurationVar(&s.drainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM or SIGINT, how long running turns may finish before they are stopped (and finished later by replay)")
 	fs.StringVar(&s.http, "http", "127.0.0.1:9464", "`address` serving /healthz and /metrics; off: none")
+	s.maxInput, s.inline, s.maxPayload = streams.DefaultMaxInputBytes, streams.DefaultInlineBytes, streams.DefaultMaxPayloadBytes
+	fs.Var(&s.maxInput, "max-input", "largest input `size`, headers included: the SESSIONS stream refuses larger ones when they are published")
+	fs.Var(&s.inline, "inline-max", "largest `size` of a payload (model answer, tool result, commit body) kept inside its message; larger ones go to the object store by reference")
+	fs.Var(&s.maxPayload, "max-payload", "largest `size` of a model answer or tool result kept; above it the answer or result is recorded as an error the model sees, never retried; a commit holds at most four")
+	fs.IntVar(&s.turnAttempts, "turn-attempts", lash.DefaultTurnAttempts, "`runs` that may begin one turn (each after a failure, with a backoff up to a minute) before it is committed as failed")
 	s.logging.Register(fs)
 	return fs
 }
@@ -78,7 +89,8 @@ var sections = []cli.Section{
 	{Title: "Local data and the embedded server", Names: []string{"data", "listen"}},
 	{Title: "Model provider (give --script, or --model for an OpenAI-compatible API)", Names: []string{"script", "model", "base-url", "model-timeout"}},
 	{Title: "Turns (every node of a deployment must agree)", Names: []string{"system", "max-iterations", "token-budget", "max-tool-failures", "decision-wait"}},
-	{Title: "Node", Names: []string{"node-id", "concurrency", "lease-ttl", "tool-timeout", "tool-refresh", "drain-timeout"}},
+	{Title: "Node", Names: []string{"node-id", "concurrency", "lease-ttl", "tool-timeout", "tool-refresh", "drain-timeout", "turn-attempts"}},
+	{Title: "Sizes (the deployment's: every node must agree; set when its streams are created)", Names: []string{"max-input", "inline-max", "max-payload"}},
 	{Title: "Operations", Names: []string{"http", "log-format", "log-level"}},
 }
 
@@ -135,6 +147,9 @@ func (s *settings) check() error {
 	if err := s.conn.Validate(); err != nil {
 		return err
 	}
+	if err := s.streams().Validate(); err != nil {
+		return fmt.Errorf("%w: %v (--max-input, --inline-max, --max-payload)", cli.ErrUsage, err)
+	}
 	if err := s.logging.Validate(); err != nil {
 		return err
 	}
@@ -152,6 +167,8 @@ func (s *settings) check() error {
 		return usage("--data cannot be empty")
 	case s.concurrency < 1:
 		return usage("--concurrency must be at least 1")
+	case s.turnAttempts < 1:
+		return usage("--turn-attempts must be at least 1")
 	case s.leaseTTL < time.Second || s.leaseTTL%time.Second != 0:
 		return usage("--lease-ttl must be whole seconds, at least 1s, not %s", s.leaseTTL)
 	case s.toolTimeout <= 0:
@@ -197,13 +214,23 @@ func (s *settings) checkModel() error {
 	case s.machine.ModelName == "":
 		return fmt.Errorf("%w: --base-url needs --model NAME", cli.ErrUsage)
 	default:
-		c, err := openai.New(openai.Config{BaseURL: s.baseURL, APIKey: os.Getenv(apiKeyEnv), Model: s.machine.ModelName, Timeout: s.modelTimeout})
+		// The provider's own bound sits above lash's payload ceiling: an
+		// answer over the ceiling is recorded as such, not cut off.
+		c, err := openai.New(openai.Config{BaseURL: s.baseURL, APIKey: os.Getenv(apiKeyEnv), Model: s.machine.ModelName,
+			Timeout: s.modelTimeout, MaxResponseBytes: 2 * int64(s.maxPayload)})
 		if err != nil {
 			return fmt.Errorf("%w: %v", cli.ErrUsage, err)
 		}
 		s.model = c
 	}
 	return nil
+}
+
+// streams is the deployment's stream configuration the settings ask for.
+func (s *settings) streams() streams.Config {
+	c := s.conn.Streams()
+	c.MaxInputBytes, c.InlineBytes, c.MaxPayloadBytes = int32(min(int64(s.maxInput), 1<<31-1)), int(s.inline), int64(s.maxPayload)
+	return c
 }
 
 // usageLine is how an invalid setting is reported: one line.
