@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -273,7 +274,7 @@ func (d *drive) arrived(ctx context.Context) (*answer, error) {
 	d.mu.Unlock()
 	err := n.log.InputsAfter(ctx, d.s.id, a.Cursor, func(in sessionlog.Input) error {
 		a.Cursor = in.Seq
-		use, parsed, take := screen(d.st(), append(taken, a.Inputs...), in, false)
+		use, parsed, take := screen(d.st(), slices.Concat(taken, a.Inputs), in, false)
 		a.Inputs = append(a.Inputs, use)
 		if !take {
 			if use.Refused != "" {

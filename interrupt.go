@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -139,7 +140,7 @@ func (i *interrupt) consumed(seq uint64) []sessionlog.InputUse {
 		if in.Seq > seq {
 			return errStop
 		}
-		use, _, _ := screen(i.d.st(), append(taken, uses...), in, false)
+		use, _, _ := screen(i.d.st(), slices.Concat(taken, uses), in, false)
 		uses = append(uses, use)
 		return nil
 	})

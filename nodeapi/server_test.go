@@ -119,6 +119,11 @@ func TestEndpoints(t *testing.T) {
 	if err != nil || again.Seq != acc.Seq || !again.Duplicate {
 		t.Fatalf("submit again: %+v, %v; want seq %d, duplicate", again, err, acc.Seq)
 	}
+	// The same key with other content is refused, naming the key.
+	_, err = r.client.Submit(ctx, nodeapi.SubmitRequest{Session: "s1", Key: "k1", Text: "Deploy something else."})
+	if !errors.Is(err, nodeapi.ErrBusy) || !strings.Contains(err.Error(), `idempotency key "k1" was used by input`) {
+		t.Fatalf("submit with a used key and other content: %v", err)
+	}
 
 	st, err := r.client.Status(ctx, "s1")
 	if err != nil {
@@ -174,7 +179,21 @@ func TestEndpoints(t *testing.T) {
 		info.Version != "1.2.3" || info.Prefix != "lash" || info.Running != 0 || info.Applied < st.Applied || info.Uptime <= 0 {
 		t.Errorf("info: %+v", info)
 	}
-	for _, key := range []string{"submit 200", "status 200", "decide 200", "decide 400", "cancel 200", "info 200"} {
+	// Once consumed, the key is recognised from the projection, forever.
+	last, err := r.node.Streams().LastSeq(ctx, streams.Sessions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.node.Projection().WaitFor(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := r.client.Submit(ctx, nodeapi.SubmitRequest{Session: "s1", Key: "k1", Text: "Deploy it."}); err != nil || again.Seq != acc.Seq || !again.Duplicate {
+		t.Fatalf("submit a consumed key again: %+v, %v", again, err)
+	}
+	if now, _ := r.node.Streams().LastSeq(ctx, streams.Sessions); now != last {
+		t.Fatalf("a consumed key was appended again")
+	}
+	for _, key := range []string{"submit 200", "submit 409", "status 200", "decide 200", "decide 400", "cancel 200", "info 200"} {
 		if r.reqs.count(key) == 0 {
 			t.Errorf("no request %q counted: %v", key, r.reqs.codes)
 		}
