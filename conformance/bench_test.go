@@ -28,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lash-run/lash/blobs"
 	"github.com/lash-run/lash/effectlog"
 	"github.com/lash-run/lash/leases"
 	"github.com/lash-run/lash/sessionlog"
@@ -259,6 +260,58 @@ func BenchmarkLeaseRenew(b *testing.B) {
 			if err == nil {
 				rev = ack.Sequence
 			}
+			return err
+		})
+	})
+}
+
+// BenchmarkJournalRecordByReference: Record of a 1 MiB outcome, kept in the
+// object store by reference, against the raw calls it is built on: an
+// object store put of the same bytes with the nats.go API, and a publish
+// with expected subject sequence 0 of a record of the size Record stores.
+// The difference is the look-up that makes a put of stored bytes free.
+func BenchmarkJournalRecordByReference(b *testing.B) {
+	benchModes(b, func(b *testing.B, e *benchEnv) {
+		cfg := e.client.Config()
+		store := blobs.New(e.client, blobs.Limits{Inline: cfg.InlineBytes, Max: cfg.MaxPayloadBytes})
+		j := effectlog.New(e.client, effectlog.WithRecorder("bench-node"), effectlog.WithBlobs(store))
+		obs, err := e.js.ObjectStore(e.ctx, e.client.BlobBucket())
+		if err != nil {
+			b.Fatal(err)
+		}
+		// Distinct bytes per call: each is stored, none is found.
+		data := func(tag string, i int) []byte {
+			d := make([]byte, 1<<20)
+			copy(d, fmt.Sprintf("%s %d", tag, i))
+			return d
+		}
+		hash := turn.Hash{1, 2, 3}
+		key := func(i int) turn.ReplayKey {
+			return turn.ReplayKey{Session: "bench", Turn: "turn-ref", Iteration: 1, Kind: turn.KindLLMCall, Effect: turn.EffectID(i + 2)}
+		}
+		if _, _, err := j.Record(e.ctx, key(-1), hash, effectlog.Outcome{Data: data("first", 0)}); err != nil {
+			b.Fatal(err)
+		}
+		subj, err := e.client.Subjects().EffectRecord("bench", "turn-ref", 1, "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		record := make([]byte, e.storedSize(b, subj))
+		measure(b, func(i int) error {
+			rec, won, err := j.Record(e.ctx, key(i), hash, effectlog.Outcome{Data: data("op", i)})
+			if err == nil && (!won || rec.Ref == nil) {
+				err = fmt.Errorf("record %d: won %v, by reference %v", i, won, rec.Ref != nil)
+			}
+			return err
+		}, func(i int) error {
+			if _, err := obs.PutBytes(e.ctx, fmt.Sprintf("floor-%d", i), data("floor", i)); err != nil {
+				return err
+			}
+			s, err := e.client.Subjects().EffectRecord("floor", "turn-ref", uint64(i+1), "")
+			if err != nil {
+				return err
+			}
+			_, err = e.casPublish(s, record, 0, "fx:bench-node:"+s)
 			return err
 		})
 	})
