@@ -2,6 +2,8 @@ package lash
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -240,7 +242,7 @@ func parkedTicket(sc turn.SuspendedCall) (builtin.Ticket, bool) {
 // two signals, or across later turns that leave it parked, append it once
 // within the dedupe window.
 func (n *Node) wake(ctx context.Context, pc parkedCall, payload string) error {
-	id := "wake:" + pc.call.ID
+	id := wakeID(pc.call.ID)
 	data, err := json.Marshal(Input{Decisions: []Decision{{ID: id, CallID: pc.call.ID, Action: "resume", Mode: "use-result", Payload: payload}}})
 	if err != nil {
 		return err
@@ -250,6 +252,16 @@ func (n *Node) wake(ctx context.Context, pc parkedCall, payload string) error {
 		n.observe(Event{Kind: EventWake, Session: pc.session, Turn: pc.turn})
 	}
 	return err
+}
+
+// wakeID names the wake of a call, within the bound on keys: a call id
+// near the bound is named by its hash.
+func wakeID(call string) string {
+	if id := "wake:" + call; len(id) <= streams.MaxIDBytes {
+		return id
+	}
+	sum := sha256.Sum256([]byte(call))
+	return "wake:" + hex.EncodeToString(sum[:])
 }
 
 // parked lists the calls parked on built-in tickets, as the projection

@@ -350,3 +350,15 @@ func TestSignalBeforeWaitAcrossCrash(t *testing.T) {
 		t.Fatalf("the wait's result %q", res.Text)
 	}
 }
+
+// A wake's key stays within the bound on keys whatever the call's id.
+func TestWakeIDBounded(t *testing.T) {
+	if got := wakeID("call_1"); got != "wake:call_1" {
+		t.Fatalf("wakeID of a short id: %q", got)
+	}
+	long := strings.Repeat("c", streams.MaxIDBytes)
+	a, b := wakeID(long), wakeID(long[:len(long)-1]+"d")
+	if len(a) > streams.MaxIDBytes || a == b {
+		t.Fatalf("wakeID of long ids: %q, %q", a, b)
+	}
+}
