@@ -211,6 +211,31 @@ func TestDispatchSetsAsideBadSubjects(t *testing.T) {
 	}
 }
 
+// runAsync runs the session in the background.
+func runAsync(t *testing.T, s *Session) <-chan []TurnResult {
+	done := make(chan []TurnResult, 1)
+	go func() {
+		res, err := s.Run(context.Background())
+		if err != nil {
+			t.Error(err)
+		}
+		done <- res
+	}()
+	return done
+}
+
+// awaitRun waits for a run started by runAsync that a cancel should end.
+func awaitRun(t *testing.T, done <-chan []TurnResult) []TurnResult {
+	t.Helper()
+	select {
+	case res := <-done:
+		return res
+	case <-time.After(30 * time.Second):
+		t.Fatal("the turn did not end on the cancel")
+		return nil
+	}
+}
+
 // A cancel input stops a model call in flight: the partial answer is not
 // recorded, the turn ends cancelled at once, and the model is asked once.
 func TestCancelInterruptsModelCall(t *testing.T) {
@@ -222,14 +247,7 @@ func TestCancelInterruptsModelCall(t *testing.T) {
 	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "slow question"}); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan []TurnResult, 1)
-	go func() {
-		res, err := s.Run(r.ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		done <- res
-	}()
+	done := runAsync(t, s)
 	testenv.WaitFor(t, 20*time.Second, func() error {
 		if models.Requests() == 0 {
 			return errors.New("no model request yet")
@@ -240,12 +258,7 @@ func TestCancelInterruptsModelCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var res []TurnResult
-	select {
-	case res = <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the turn did not end on the cancel")
-	}
+	res := awaitRun(t, done)
 	if len(res) != 1 || res[0].Outcome.Termination.Reason != turn.Cancelled || res[0].Cursor != cancelSeq || models.Requests() != 1 {
 		t.Fatalf("turns %+v, model requests %d", res, models.Requests())
 	}
@@ -287,14 +300,7 @@ func TestCancelInterruptsToolRound(t *testing.T) {
 	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather?"}); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan []TurnResult, 1)
-	go func() {
-		res, err := s.Run(r.ctx)
-		if err != nil {
-			t.Error(err)
-		}
-		done <- res
-	}()
+	done := runAsync(t, s)
 	testenv.WaitFor(t, 20*time.Second, func() error {
 		if started.Load() != 3 {
 			return fmt.Errorf("%d tools running", started.Load())
@@ -304,12 +310,7 @@ func TestCancelInterruptsToolRound(t *testing.T) {
 	if _, err := s.Cancel(r.ctx, "c1"); err != nil {
 		t.Fatal(err)
 	}
-	var res []TurnResult
-	select {
-	case res = <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the turn did not end on the cancel")
-	}
+	res := awaitRun(t, done)
 	if len(res) != 1 || res[0].Outcome.Termination.Reason != turn.Cancelled || sawCancel.Load() != 3 {
 		t.Fatalf("turns %+v, tools that saw the cancel: %d", res, sawCancel.Load())
 	}
