@@ -83,7 +83,7 @@ func (s *Session) run(ctx context.Context) (_ []TurnResult, _ uint64, err error)
 	lease, err := n.leases.Claim(ctx, key, n.opts.leaseTTL)
 	if errors.Is(err, leases.ErrBusy) {
 		n.observe(Event{Kind: EventLeaseBusy, Session: s.id})
-		return nil, 0, fmt.Errorf("%w: %v", ErrBusy, err)
+		return nil, 0, fmt.Errorf("%w: %w", ErrBusy, err)
 	}
 	if err != nil {
 		return nil, 0, err

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lash-run/lash/leases"
 	"github.com/lash-run/lash/streams"
 )
 
@@ -16,15 +17,21 @@ const dispatchConsumer = "lash-dispatch"
 // WithConcurrency caps the sessions one node runs at once. Default 16.
 func WithConcurrency(n int) Option { return func(o *options) { o.concurrency = n } }
 
+// dispatchAckWait is how long a delivery stays with a node that shows no
+// sign of life: a run renews it every third of it, so the inputs of a node
+// that died come back to the others within it.
+const dispatchAckWait = time.Second
+
 // Serve takes session inputs from the deployment's shared dispatch
 // consumer and runs their sessions until nothing is pending, until ctx
-// ends. An input is acknowledged once its session ran dry; one whose node
-// died comes back to another node after the ack wait and is recovered by
+// ends. Each input is handed out as it arrives. It is acknowledged once its
+// session ran dry; one whose node died comes back to another node within
+// dispatchAckWait, which reclaims the lease at once on proof of the
+// holder's death (or when its TTL runs out) and recovers the turn by
 // replay. A session busy elsewhere is handed back for later, so it never
 // runs twice at once.
 func (n *Node) Serve(ctx context.Context) error {
-	ackWait := 2 * n.opts.leaseTTL
-	d, err := n.client.Dispatcher(ctx, streams.Sessions, dispatchConsumer, n.client.Subjects().AllSessionInputs(), ackWait)
+	d, err := n.client.Dispatcher(ctx, streams.Sessions, dispatchConsumer, n.client.Subjects().AllSessionInputs(), dispatchAckWait)
 	if err != nil {
 		return err
 	}
@@ -36,15 +43,21 @@ func (n *Node) Serve(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	for ctx.Err() == nil && !n.isClosing() {
-		// Fetch only as much as there is room to run.
+		// Ask only for as much as there is room to run.
 		sem <- struct{}{}
 		free := 1
 		for free < limit && len(sem) < limit {
 			sem <- struct{}{}
 			free++
 		}
-		ds, err := d.Fetch(ctx, free, time.Second)
-		for range free - len(ds) {
+		got, err := d.Fetch(ctx, free, time.Second, func(dl *streams.Delivery) {
+			wg.Add(1)
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				n.dispatch(ctx, dl)
+			}()
+		})
+		for range free - got {
 			<-sem
 		}
 		if err != nil && ctx.Err() == nil {
@@ -54,19 +67,12 @@ func (n *Node) Serve(ctx context.Context) error {
 			case <-time.After(time.Second):
 			}
 		}
-		for _, dl := range ds {
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				n.dispatch(ctx, dl, ackWait)
-			}()
-		}
 	}
 	return ctx.Err()
 }
 
 // dispatch runs the session of one delivered input.
-func (n *Node) dispatch(ctx context.Context, dl *streams.Delivery, ackWait time.Duration) {
+func (n *Node) dispatch(ctx context.Context, dl *streams.Delivery) {
 	sid, err := n.client.Subjects().SessionOf(dl.Msg.Subject)
 	if err != nil {
 		// Nothing derived from such a subject is ever published (its
@@ -77,11 +83,11 @@ func (n *Node) dispatch(ctx context.Context, dl *streams.Delivery, ackWait time.
 		_ = dl.Ack()
 		return
 	}
-	// Long turns keep the delivery from coming back while they run.
+	// The run keeps the delivery while it lives.
 	done := make(chan struct{})
 	defer close(done)
 	go func() {
-		t := time.NewTicker(ackWait / 3)
+		t := time.NewTicker(dispatchAckWait / 3)
 		defer t.Stop()
 		for {
 			select {
@@ -104,7 +110,7 @@ func (n *Node) dispatch(ctx context.Context, dl *streams.Delivery, ackWait time.
 		// lagged the stream: the input comes back.
 		_ = dl.Retry(n.opts.leaseTTL / 4)
 	case errors.Is(err, ErrBusy):
-		_ = dl.Retry(n.opts.leaseTTL / 2)
+		_ = dl.Retry(busyDelay(err, dl.Delivered, n.opts.leaseTTL))
 	case errors.Is(err, ErrClosed):
 		_ = dl.Retry(0) // for another node, at once
 	case errors.Is(err, ErrSettingsMismatch):
@@ -121,6 +127,24 @@ func (n *Node) dispatch(ctx context.Context, dl *streams.Delivery, ackWait time.
 		}
 		_ = dl.Retry(n.opts.leaseTTL)
 	}
+}
+
+// busyDelay is when an input of a session running elsewhere comes back.
+// Soon at first: the holder may be releasing right now, having found no
+// more input; then less and less often, but never later than the lease
+// can live unrenewed, so that a holder that died without proof is
+// replaced when its TTL runs out.
+func busyDelay(err error, delivered uint64, ttl time.Duration) time.Duration {
+	delay := 20 * time.Millisecond << min(max(delivered, 1)-1, 16)
+	limit := ttl / 2
+	var busy *leases.BusyError
+	if errors.As(err, &busy) && !busy.Renewed.IsZero() {
+		// The holder's lease ends a TTL after its last renewal, by the
+		// server's clock: skew between hosts only moves the retry within
+		// the bound.
+		limit = min(max(ttl-time.Since(busy.Renewed)+50*time.Millisecond, 50*time.Millisecond), ttl)
+	}
+	return min(delay, limit)
 }
 
 func (n *Node) isClosing() bool {

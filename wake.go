@@ -141,26 +141,23 @@ func (n *Node) wakeSignals(ctx context.Context) error {
 		return err
 	}
 	for ctx.Err() == nil {
-		ds, err := d.Fetch(ctx, 64, time.Second)
-		if err != nil {
-			if ctx.Err() == nil {
-				n.opts.logger.Warn("signal fetch failed", "err", err)
-				select {
-				case <-ctx.Done():
-				case <-time.After(time.Second):
-				}
-			}
-			continue
-		}
-		for _, dl := range ds {
+		// Signals are handled as each arrives: a wait wakes at once.
+		_, err := d.Fetch(ctx, 64, 5*time.Second, func(dl *streams.Delivery) {
 			if err := n.signal(ctx, dl.Msg); err != nil {
 				if ctx.Err() == nil {
 					n.opts.logger.Warn("signal not delivered yet; it comes back", "subject", dl.Msg.Subject, "err", err)
 				}
 				_ = dl.Retry(time.Second)
-				continue
+				return
 			}
 			_ = dl.Ack()
+		})
+		if err != nil && ctx.Err() == nil {
+			n.opts.logger.Warn("signal fetch failed", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
 		}
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 	"github.com/lash-run/lash/leases"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/testenv"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 type claimResult struct {
@@ -560,5 +561,50 @@ func testUnreadableLiveness(t *testing.T, env Env) {
 	b := node(t, ctx, d.client, "claimant")
 	if _, err := b.Claim(ctx, key, longTTL); !errors.Is(err, leases.ErrBusy) {
 		t.Fatalf("claim over a holder with an unreadable liveness key: %v, want ErrBusy", err)
+	}
+}
+
+// testLeaseNothingLeft: a lease released or expired leaves nothing in the
+// bucket once its marker's short TTL passes, so the bucket's subjects (and
+// the server memory that indexes them) count live leases only, however
+// many sessions ever ran.
+func testLeaseNothingLeft(t *testing.T, env Env) {
+	ctx := testCtx(t)
+	d := open(t, env, streams.Config{})
+	a := node(t, ctx, d.client, "a")
+	for i := range 4 {
+		l := claim(t, ctx, a, leaseKey(t, fmt.Sprintf("gone-%d", i)), shortTTL)
+		if i%2 == 0 {
+			if err := a.Release(ctx, l); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+		}
+	}
+	live := claim(t, ctx, a, leaseKey(t, "kept"), longTTL)
+	js, err := jetstream.New(env.Conn(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, "KV_"+d.client.LeaseBucket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, expiryTimeout, func() error {
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter("$KV."+d.client.LeaseBucket()+".sess.>"))
+		if err != nil {
+			return err
+		}
+		want := "$KV." + d.client.LeaseBucket() + "." + live.Key
+		if len(info.State.Subjects) != 1 || info.State.Subjects[want] == 0 {
+			return fmt.Errorf("session subjects in the lease bucket: %v; want only the live lease %s "+
+				"(a released or expired lease must leave no marker behind for good)", info.State.Subjects, want)
+		}
+		return nil
+	})
+	// A released key is claimed again with a larger token: nothing the
+	// marker kept was needed for that.
+	again := claim(t, ctx, a, leaseKey(t, "gone-0"), longTTL)
+	if again.Token <= live.Token {
+		t.Errorf("token of a key claimed after its marker expired = %d; want above %d", again.Token, live.Token)
 	}
 }

@@ -84,6 +84,7 @@ var subtests = []subtest{
 	{"lease/expiry", testLeaseExpiry},
 	{"lease/fast-reclaim", testLeaseFastReclaim},
 	{"lease/list", testLeaseList},
+	{"lease/nothing-left", testLeaseNothingLeft},
 	{"lease/read-your-writes", testLeaseReadYourWrites},
 	{"lease/unreadable-liveness", testUnreadableLiveness},
 	{"sessionlog/racing-commits", testRacingCommits},

@@ -26,6 +26,9 @@ type BusyError struct {
 	Key    string
 	Holder Owner
 	Token  uint64
+	// Renewed is the server's time of the holder's last claim or renewal:
+	// without proof of its death, its lease ends a TTL after it.
+	Renewed time.Time
 }
 
 func (e *BusyError) Error() string {
@@ -172,7 +175,7 @@ func (m *Manager) Claim(ctx context.Context, key string, ttl time.Duration) (*Le
 			}
 			return m.lease(key, rev, rev, ttl, start), nil
 		default:
-			return nil, &BusyError{Key: key, Holder: held.Owner, Token: token}
+			return nil, &BusyError{Key: key, Holder: held.Owner, Token: token, Renewed: e.Created}
 		}
 	}
 	return nil, fmt.Errorf("leases: %s: claim kept racing with other claimants", key)

@@ -19,7 +19,9 @@ type Dispatcher struct {
 // Delivery is one dispatched message.
 type Delivery struct {
 	Msg *Msg
-	raw jetstream.Msg
+	// Delivered counts the deliveries of this message, this one included.
+	Delivered uint64
+	raw       jetstream.Msg
 }
 
 // Ack says the message's work is done.
@@ -32,7 +34,8 @@ func (d *Delivery) Retry(delay time.Duration) error { return d.raw.NakWithDelay(
 func (d *Delivery) InProgress() error { return d.raw.InProgress() }
 
 // Dispatcher binds the durable consumer name on stream s over filter,
-// creating it if needed. ackWait is how long a node may hold a message.
+// creating it if needed, or updating its ack wait. ackWait is how long a
+// node may hold a message without a sign of life.
 func (c *Client) Dispatcher(ctx context.Context, s Stream, name, filter string, ackWait time.Duration) (*Dispatcher, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
@@ -56,27 +59,31 @@ func (c *Client) Dispatcher(ctx context.Context, s Stream, name, filter string, 
 	return &Dispatcher{cons: cons}, nil
 }
 
-// Fetch waits up to wait for at most max messages.
-func (d *Dispatcher) Fetch(ctx context.Context, max int, wait time.Duration) ([]*Delivery, error) {
+// Fetch asks for at most max messages, waiting up to wait, and calls fn
+// with each one as it arrives: a lone message is handed out at once, not
+// when the wait ends. It returns the number handed out.
+func (d *Dispatcher) Fetch(ctx context.Context, max int, wait time.Duration, fn func(*Delivery)) (int, error) {
 	batch, err := d.cons.Fetch(max, jetstream.FetchMaxWait(wait))
 	if err != nil {
 		if transientRead(err) || errors.Is(err, jetstream.ErrNoMessages) {
-			return nil, nil
+			return 0, nil
 		}
-		return nil, fmt.Errorf("streams: fetch: %w", err)
+		return 0, fmt.Errorf("streams: fetch: %w", err)
 	}
-	var out []*Delivery
+	n := 0
 	for raw := range batch.Messages() {
 		meta, err := raw.Metadata()
 		if err != nil {
-			return out, fmt.Errorf("streams: fetch: %w", err)
+			// Not a stream message: nothing to run or acknowledge.
+			continue
 		}
-		out = append(out, &Delivery{raw: raw, Msg: &Msg{Subject: raw.Subject(), Seq: meta.Sequence.Stream,
+		n++
+		fn(&Delivery{raw: raw, Delivered: meta.NumDelivered, Msg: &Msg{Subject: raw.Subject(), Seq: meta.Sequence.Stream,
 			Header: raw.Headers(), Data: raw.Data(), Time: meta.Timestamp}})
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !transientRead(err) &&
 		!errors.Is(err, context.DeadlineExceeded) {
-		return out, fmt.Errorf("streams: fetch: %w", err)
+		return n, fmt.Errorf("streams: fetch: %w", err)
 	}
-	return out, ctx.Err()
+	return n, ctx.Err()
 }

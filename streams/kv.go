@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -48,15 +49,26 @@ func (c *Client) KVSwap(ctx context.Context, key string, value []byte, rev uint6
 }
 
 // KVDelete deletes key if its revision is still rev; a successor's value is
-// never removed.
+// never removed. The delete marker it leaves expires like the marker of an
+// expired key, so a key released leaves nothing behind: the bucket holds
+// the live keys only, however many were ever used.
 func (c *Client) KVDelete(ctx context.Context, key string, rev uint64) error {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	if err := c.leases.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil {
+	msg := nats.NewMsg("$KV." + c.cfg.leaseBucket() + "." + key)
+	msg.Header.Set(kvOperation, kvOperationDelete)
+	_, err := c.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(leaseMarkerTTL))
+	if err != nil {
 		return c.kvErr("delete", key, rev, err)
 	}
 	return nil
 }
+
+// The header by which a KV bucket's readers tell a deletion from a value.
+const (
+	kvOperation       = "KV-Operation"
+	kvOperationDelete = "DEL"
+)
 
 // KVGet returns key's live value, or ErrNotFound if it was never set, was
 // deleted, or expired.
