@@ -134,9 +134,17 @@ func (s *Session) run(ctx context.Context) (_ []TurnResult, _ uint64, err error)
 }
 
 func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResult, uint64, error) {
-	st, err := s.load(ctx)
-	if err != nil {
-		return nil, 0, err
+	n := s.n
+	// The state this node kept from its last run of the session, if any:
+	// only what the log gained since is read. It goes back when the run
+	// ends, a fold of the log through st.rev whatever happened.
+	st := n.states.take(s.id)
+	if st == nil {
+		st = newState(s.id)
+	}
+	defer n.states.put(st)
+	if err := s.fold(ctx, st); err != nil {
+		return nil, st.cursor, err
 	}
 	next, err := s.nextInput(ctx, st.cursor)
 	if err != nil || next == nil {
@@ -155,17 +163,20 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 	if err != nil {
 		return nil, st.cursor, err
 	}
-	if moved != nil {
+	if moved {
 		// An older holder wrote since the read: start from what it left.
-		st, f, recorded = moved, nil, nil
+		f, recorded = nil, nil
 		if next, err = s.nextInput(ctx, st.cursor); err != nil || next == nil {
 			return nil, st.cursor, err
 		}
 	}
+	attempt := st.attempts + 1
+	if pos.Seq() != st.rev {
+		st.fenced(pos.Seq(), pos.Token())
+	}
 	if err := s.boundary("fence"); err != nil {
 		return nil, st.cursor, err
 	}
-	attempt := st.attempts + 1
 	var results []TurnResult
 	for next != nil {
 		use, in, take := screen(st, nil, *next, true)
@@ -190,35 +201,35 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 	return results, st.cursor, nil
 }
 
-// nextInput returns the first input after cursor, or nil.
+// nextInput returns the first input after cursor, or nil: one read, from
+// the stream's leader.
 func (s *Session) nextInput(ctx context.Context, cursor uint64) (*sessionlog.Input, error) {
-	var next *sessionlog.Input
-	err := s.n.log.InputsAfter(ctx, s.id, cursor, func(in sessionlog.Input) error {
-		next = &in
-		return errStop
-	})
-	if err != nil && !errors.Is(err, errStop) {
+	in, err := s.n.log.InputAfter(ctx, s.id, cursor)
+	if errors.Is(err, streams.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
 		return nil, err
 	}
-	return next, nil
+	return &in, nil
 }
 
 // fence appends this holder's fence after the head st was read at. When
-// another write landed since, it reads the log again and returns the new
-// state as moved.
-func (s *Session) fence(ctx context.Context, lease *leases.Lease, st *state) (pos sessionlog.Position, moved *state, err error) {
+// another write landed since, it folds what was written into st, reports
+// moved, and tries again.
+func (s *Session) fence(ctx context.Context, lease *leases.Lease, st *state) (pos sessionlog.Position, moved bool, err error) {
 	n := s.n
 	for range 3 {
 		pos, err = n.log.FenceAfter(ctx, s.id, lease.Token, n.runName, st.rev, st.newest)
 		if !errors.Is(err, streams.ErrConflict) {
 			return pos, moved, err
 		}
-		if st, err = s.load(ctx); err != nil {
-			return pos, nil, err
+		if err = s.fold(ctx, st); err != nil {
+			return pos, false, err
 		}
-		moved = st
+		moved = true
 	}
-	return pos, nil, fmt.Errorf("lash: session %s: fence: the log kept moving: %w", s.id, err)
+	return pos, false, fmt.Errorf("lash: session %s: fence: the log kept moving: %w", s.id, err)
 }
 
 // checkSettings looks at the journal of a turn some run began: a turn
@@ -271,7 +282,7 @@ func (s *Session) consume(ctx context.Context, pos sessionlog.Position, st *stat
 	if pos, err = n.log.Consume(ctx, pos, turnID(use.Seq), data); err != nil {
 		return pos, err
 	}
-	st.consume(body)
+	st.consumed(pos.Seq(), pos.Token(), body)
 	if use.Refused != "" {
 		n.opts.logger.Warn("input refused: consumed without a turn", "session", s.id, "seq", use.Seq, "reason", use.Refused)
 		n.observe(Event{Kind: EventInputRefused, Session: s.id, Err: errors.New(use.Refused)})
@@ -349,7 +360,7 @@ func (s *Session) runTurn(ctx context.Context, pos sessionlog.Position, st *stat
 	if err := s.boundary("after-commit"); err != nil {
 		return nil, err
 	}
-	st.apply(id, pos.Seq(), body)
+	st.committed(id, pos.Seq(), pos.Token(), body)
 	s.wakeAfterCommit(ctx, id, body.Outcome.Suspended)
 	return &TurnResult{Turn: id, Seq: pos.Seq(), Cursor: body.InputCursor, Outcome: body.Outcome,
 		Executed: d.executed, Replayed: d.replayed}, nil

@@ -43,6 +43,7 @@ type options struct {
 	boundary    func(string) error
 	heartbeat   time.Duration
 	concurrency int
+	stateCache  *int
 	observer    func(Event)
 	projection  string
 	// turnAttempts and settingsLabel: WithTurnAttempts, WithSettingsLabel.
@@ -106,6 +107,7 @@ type Node struct {
 	blobs    *blobs.Store
 	settings nodeSettings
 	health   health
+	states   *states
 
 	mu      sync.Mutex
 	running map[string]bool // sessions this node is driving
@@ -146,7 +148,10 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 	if o.heartbeat == 0 {
 		o.heartbeat = o.leaseTTL / 3
 	}
-	n := &Node{opts: o, nc: o.conn, running: map[string]bool{}}
+	n := &Node{opts: o, nc: o.conn, running: map[string]bool{}, states: newStates(DefaultStateCache)}
+	if o.stateCache != nil {
+		n.states = newStates(*o.stateCache)
+	}
 	n.halt, n.end = context.WithCancel(context.Background())
 	if n.nc == nil {
 		if o.storeDir == "" {

@@ -168,46 +168,55 @@ type keyUse struct {
 	hash [32]byte
 }
 
-// load folds the session's log. A read of one subject goes at least
+// load folds the session's whole log. A read of one subject goes at least
 // through the leader's last message (streams.Read), so it sees every commit
-// acknowledged before the call, even on a lagging follower. It reads the
-// whole log: the projection takes this over for long sessions.
+// acknowledged before the call, even on a lagging follower.
 func (s *Session) load(ctx context.Context) (*state, error) {
-	st := &state{id: s.id, turns: map[string]uint64{}, keys: map[string]keyUse{}}
-	last, _, err := s.n.log.ReadEntries(ctx, s.id, 0, func(seq uint64, e *sessionlog.Entry) error {
-		st.newest = max(st.newest, e.Token)
+	st := newState(s.id)
+	if err := s.fold(ctx, st); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// fold brings st (the session's state through st.rev) up to the log's
+// head: it reads only the entries after st.rev, so a state a
+// run kept costs one read of the head when nothing was written since. Each
+// entry moves st.rev as it is applied, so st stays a fold of its log
+// through st.rev even when the read fails part way.
+func (s *Session) fold(ctx context.Context, st *state) error {
+	last, _, err := s.n.log.ReadEntries(ctx, s.id, st.rev+1, func(seq uint64, e *sessionlog.Entry) error {
 		switch e.Kind {
 		case sessionlog.KindFence:
-			st.attempts++
+			st.fenced(seq, e.Token)
 		case sessionlog.KindCommit:
-			st.attempts = 0
 			b, err := s.body(ctx, seq, e)
 			if err != nil {
 				return err
 			}
-			if b == nil {
-				return nil
-			}
-			st.apply(e.Turn, seq, b)
+			st.committed(e.Turn, seq, e.Token, b)
 		case sessionlog.KindConsume:
-			st.attempts = 0
 			data, err := s.n.log.Body(ctx, e)
 			if err != nil {
 				return err
 			}
-			if b, err := sessionlog.DecodeConsumeBody(data); err == nil {
-				st.consume(b)
-			} else {
+			b, err := sessionlog.DecodeConsumeBody(data)
+			if err != nil {
 				s.n.opts.logger.Error("session log entry passed over: unreadable", "session", s.id, "revision", seq, "err", err)
+				b = nil
 			}
+			st.consumed(seq, e.Token, b)
+		default:
+			st.rev, st.newest = seq, max(st.newest, e.Token)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	st.rev = last
-	return st, nil
+	// Messages that are no entries (nothing lash wrote) are passed over.
+	st.rev = max(st.rev, last)
+	return nil
 }
 
 // body reads a commit's body. A body that can never be read (its object
@@ -235,7 +244,24 @@ func (s *Session) body(ctx context.Context, seq uint64, e *sessionlog.Entry) (*s
 	return nil, nil
 }
 
-func (st *state) apply(turnID string, seq uint64, b *sessionlog.TurnBody) {
+func newState(id string) *state {
+	return &state{id: id, turns: map[string]uint64{}, keys: map[string]keyUse{}}
+}
+
+// fenced applies a fence at revision seq.
+func (st *state) fenced(seq, token uint64) {
+	st.rev, st.newest = seq, max(st.newest, token)
+	st.attempts++
+}
+
+// committed applies a turn's commit at revision seq; b is nil for a commit
+// that is passed over.
+func (st *state) committed(turnID string, seq, token uint64, b *sessionlog.TurnBody) {
+	st.rev, st.newest = seq, max(st.newest, token)
+	st.attempts = 0
+	if b == nil {
+		return
+	}
 	st.turns[turnID] = seq
 	st.history = append(st.history, b.Outcome.Messages...)
 	st.suspended = b.Outcome.Suspended
@@ -244,7 +270,14 @@ func (st *state) apply(turnID string, seq uint64, b *sessionlog.TurnBody) {
 	st.remember(b.Inputs)
 }
 
-func (st *state) consume(b *sessionlog.ConsumeBody) {
+// consumed applies a consume entry at revision seq; b is nil for one that
+// cannot be read.
+func (st *state) consumed(seq, token uint64, b *sessionlog.ConsumeBody) {
+	st.rev, st.newest = seq, max(st.newest, token)
+	st.attempts = 0
+	if b == nil {
+		return
+	}
 	st.cursor = max(st.cursor, b.InputCursor)
 	st.remember(b.Inputs)
 }

@@ -84,13 +84,13 @@ func (i *Inspector) verify(ctx context.Context, cfg *turn.Config, hooks turn.Hoo
 		return nil, err
 	}
 	rep := &VerifyReport{Session: session}
-	st := &state{id: session, turns: map[string]uint64{}, keys: map[string]keyUse{}}
+	st := newState(session)
 	found := false
 	for _, le := range entries {
 		if le.entry.Kind == sessionlog.KindConsume {
 			if data, err := i.log.Body(ctx, le.entry); err == nil {
 				if b, err := sessionlog.DecodeConsumeBody(data); err == nil {
-					st.consume(b)
+					st.consumed(le.seq, le.entry.Token, b)
 				}
 			}
 			continue
@@ -123,7 +123,7 @@ func (i *Inspector) verify(ctx context.Context, cfg *turn.Config, hooks turn.Hoo
 			}
 			rep.Turns = append(rep.Turns, v)
 		}
-		st.apply(le.entry.Turn, le.seq, body)
+		st.committed(le.entry.Turn, le.seq, le.entry.Token, body)
 	}
 	if turnID != "" && !found {
 		return nil, fmt.Errorf("%w: session %s has no committed turn %q", ErrBadInput, session, turnID)

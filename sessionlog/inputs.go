@@ -47,6 +47,20 @@ func (l *Log) InputsAfter(ctx context.Context, session string, cursor uint64, fn
 	})
 }
 
+// InputAfter returns the first input with revision above cursor, or
+// streams.ErrNotFound: one read, answered by the stream's leader.
+func (l *Log) InputAfter(ctx context.Context, session string, cursor uint64) (Input, error) {
+	subj, err := l.s.Subjects().SessionInputs(session)
+	if err != nil {
+		return Input{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	m, err := l.s.NextOnSubject(ctx, subj, cursor+1)
+	if err != nil {
+		return Input{}, err
+	}
+	return Input{Seq: m.Seq, MsgID: strings.TrimPrefix(m.MsgID(), scopedInput(subj, "")), Data: m.Data}, nil
+}
+
 // InputAt returns the input at revision seq of the session's inputs, or
 // streams.ErrNotFound.
 func (l *Log) InputAt(ctx context.Context, session string, seq uint64) (Input, error) {
