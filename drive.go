@@ -25,6 +25,9 @@ type drive struct {
 	// one read instead of a lookup per effect. Effects recorded since by
 	// another node are found by Record, which returns the first record.
 	recorded map[turn.ReplayKey]*effectlog.Record
+	// fresh: no other run recorded anything for this turn when it began,
+	// so its journal and intents need no read.
+	fresh bool
 
 	mu sync.Mutex
 	// cursor is the last input this turn consumed; inputs are those it
@@ -61,7 +64,7 @@ func (d *drive) run(ctx context.Context, st *state, in Input, recs []*effectlog.
 	if err != nil {
 		return turn.Outcome{}, terminal(FailInvalidResult, err)
 	}
-	if recs == nil {
+	if recs == nil && !d.fresh {
 		if recs, err = n.journal.Load(ctx, d.s.id, d.turn); err != nil {
 			return turn.Outcome{}, err
 		}
@@ -415,9 +418,13 @@ func (d *drive) toolCalls(ctx context.Context, batch *turn.ToolCalls) ([]turn.To
 
 func (d *drive) toolCall(ctx context.Context, pc turn.PendingCall) (turn.ToolResult, error) {
 	n := d.s.n
-	inDoubt, err := n.journal.InDoubt(ctx, pc.Key)
-	if err != nil {
-		return turn.ToolResult{}, err
+	inDoubt := false
+	if !d.fresh {
+		// Another run may have started the call and died before its record.
+		var err error
+		if inDoubt, err = n.journal.InDoubt(ctx, pc.Key); err != nil {
+			return turn.ToolResult{}, err
+		}
 	}
 	attempt := 1
 	if inDoubt {

@@ -153,7 +153,7 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 	}
 	var f *failure
 	var recorded []*effectlog.Record
-	if st.attempts > 0 {
+	if !st.fresh() {
 		// Only a turn some run began can have a journal.
 		if f, recorded, err = s.checkSettings(ctx, next); err != nil {
 			return nil, st.cursor, err
@@ -170,7 +170,7 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 			return nil, st.cursor, err
 		}
 	}
-	attempt := st.attempts + 1
+	attempt, fresh := st.attempts+1, st.fresh()
 	if pos.Seq() != st.rev {
 		st.fenced(pos.Seq(), pos.Token())
 	}
@@ -181,22 +181,21 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 	for next != nil {
 		use, in, take := screen(st, nil, *next, true)
 		if !take {
-			if pos, err = s.consume(ctx, pos, st, use); err != nil {
+			if pos, next, err = s.consume(ctx, pos, st, use); err != nil {
 				return results, st.cursor, err
 			}
 		} else {
-			t := &turnRun{input: next, in: in, use: use, attempt: attempt, failure: f, recorded: recorded}
+			t := &turnRun{input: next, in: in, use: use, attempt: attempt, failure: f, recorded: recorded, fresh: fresh}
 			r, err := s.runTurn(ctx, pos, st, t)
 			if err != nil {
 				return results, st.cursor, err
 			}
-			pos = t.pos
+			pos, next = t.pos, t.next
 			results = append(results, *r)
 		}
-		attempt, f, recorded = 1, nil, nil
-		if next, err = s.nextInput(ctx, st.cursor); err != nil {
-			return results, st.cursor, err
-		}
+		// The run went on from its own commit: nothing else recorded for
+		// the next turn.
+		attempt, f, recorded, fresh = 1, nil, nil, true
 	}
 	return results, st.cursor, nil
 }
@@ -271,23 +270,28 @@ func (s *Session) checkSettings(ctx context.Context, next *sessionlog.Input) (*f
 		want[:12], n.settings.short())}, nil, nil
 }
 
-// consume appends a consume entry for an input that starts no turn.
-func (s *Session) consume(ctx context.Context, pos sessionlog.Position, st *state, use sessionlog.InputUse) (sessionlog.Position, error) {
+// consume appends a consume entry for an input that starts no turn, and
+// returns the input after it, which this run goes on with.
+func (s *Session) consume(ctx context.Context, pos sessionlog.Position, st *state, use sessionlog.InputUse) (sessionlog.Position, *sessionlog.Input, error) {
 	n := s.n
-	body := &sessionlog.ConsumeBody{Inputs: []sessionlog.InputUse{use}, InputCursor: use.Seq}
+	next, err := s.nextInput(ctx, use.Seq)
+	if err != nil {
+		return pos, nil, err
+	}
+	body := &sessionlog.ConsumeBody{Inputs: []sessionlog.InputUse{use}, InputCursor: use.Seq, More: next != nil}
 	data, err := sessionlog.EncodeConsumeBody(body)
 	if err != nil {
-		return pos, err
+		return pos, nil, err
 	}
 	if pos, err = n.log.Consume(ctx, pos, turnID(use.Seq), data); err != nil {
-		return pos, err
+		return pos, nil, err
 	}
 	st.consumed(pos.Seq(), pos.Token(), body)
 	if use.Refused != "" {
 		n.opts.logger.Warn("input refused: consumed without a turn", "session", s.id, "seq", use.Seq, "reason", use.Refused)
 		n.observe(Event{Kind: EventInputRefused, Session: s.id, Err: errors.New(use.Refused)})
 	}
-	return pos, nil
+	return pos, next, nil
 }
 
 // turnRun is one turn's run within a session run.
@@ -298,9 +302,13 @@ type turnRun struct {
 	attempt int
 	// failure, when set, is committed instead of running the turn.
 	failure *failure
-	// recorded is the turn's journal, when it was read already.
+	// recorded is the turn's journal, when it was read already; fresh
+	// says it is known to be empty.
 	recorded []*effectlog.Record
+	fresh    bool
 	pos      sessionlog.Position
+	// next is the input after the turn's, which the run goes on with.
+	next *sessionlog.Input
 }
 
 // turnID names the turn of an input: stable on every node.
@@ -312,7 +320,7 @@ func (s *Session) runTurn(ctx context.Context, pos sessionlog.Position, st *stat
 	n := s.n
 	id := turnID(t.input.Seq)
 	began := time.Now()
-	d := &drive{s: s, turn: id, cursor: t.input.Seq, inputs: []sessionlog.InputUse{t.use}}
+	d := &drive{s: s, turn: id, cursor: t.input.Seq, inputs: []sessionlog.InputUse{t.use}, fresh: t.fresh}
 	f := t.failure
 	if f == nil && t.attempt > n.turnAttempts() {
 		f = &failure{code: FailAttempts, err: fmt.Errorf("%d runs began this turn and none finished it; the last stopped without a recorded cause (its node stopped or crashed)", t.attempt-1)}
@@ -341,11 +349,11 @@ func (s *Session) runTurn(ctx context.Context, pos sessionlog.Position, st *stat
 	if err := s.boundary("before-commit"); err != nil {
 		return nil, err
 	}
-	pos, err := s.commit(ctx, pos, id, body)
+	pos, err := s.commit(ctx, pos, id, body, t)
 	if f == nil && errors.Is(err, blobs.ErrTooLarge) {
 		f = &failure{code: FailTooLarge, err: err}
 		body = failedBody(f, st, t)
-		pos, err = s.commit(ctx, pos, id, body)
+		pos, err = s.commit(ctx, pos, id, body, t)
 	}
 	if err != nil {
 		return nil, err
@@ -373,13 +381,20 @@ func failedBody(f *failure, st *state, t *turnRun) *sessionlog.TurnBody {
 		Inputs: []sessionlog.InputUse{t.use}}
 }
 
-func (s *Session) commit(ctx context.Context, pos sessionlog.Position, id string, body *sessionlog.TurnBody) (sessionlog.Position, error) {
+// commit commits a turn's body. It first looks for the input after the
+// body's cursor: the commit says whether the run goes on with it (t.next).
+func (s *Session) commit(ctx context.Context, pos sessionlog.Position, id string, body *sessionlog.TurnBody, t *turnRun) (sessionlog.Position, error) {
 	n := s.n
+	next, err := s.nextInput(ctx, body.InputCursor)
+	if err != nil {
+		return pos, err
+	}
+	t.next, body.More = next, next != nil
 	data, err := sessionlog.EncodeTurnBody(body)
 	if err != nil {
 		return pos, err
 	}
-	next, err := n.log.Commit(ctx, pos, id, data)
+	at, err := n.log.Commit(ctx, pos, id, data)
 	if err != nil {
 		var conflict *sessionlog.CommitConflictError
 		if errors.As(err, &conflict) || errors.Is(err, sessionlog.ErrFenced) {
@@ -387,7 +402,7 @@ func (s *Session) commit(ctx context.Context, pos sessionlog.Position, id string
 		}
 		return pos, err
 	}
-	return next, nil
+	return at, nil
 }
 
 // boundaries names a point around an effect twice: by kind ("after-record

@@ -160,7 +160,16 @@ type state struct {
 	// attempts counts fences since the last commit or consume: runs that
 	// began the next turn and did not finish it.
 	attempts int
+	// more: the last commit or consume said its run went on to the next
+	// input without another fence.
+	more bool
 }
+
+// fresh reports whether the next turn's journal is known to be empty: no
+// run fenced since the last commit or consume, and the run that wrote it
+// stopped there. Only a run that fenced, or went on from a commit of its
+// own, records effects for a turn.
+func (st *state) fresh() bool { return st.attempts == 0 && !st.more }
 
 // keyUse is the first input that used a key.
 type keyUse struct {
@@ -258,10 +267,11 @@ func (st *state) fenced(seq, token uint64) {
 // that is passed over.
 func (st *state) committed(turnID string, seq, token uint64, b *sessionlog.TurnBody) {
 	st.rev, st.newest = seq, max(st.newest, token)
-	st.attempts = 0
+	st.attempts, st.more = 0, false
 	if b == nil {
 		return
 	}
+	st.more = b.More
 	st.turns[turnID] = seq
 	st.history = append(st.history, b.Outcome.Messages...)
 	st.suspended = b.Outcome.Suspended
@@ -274,10 +284,11 @@ func (st *state) committed(turnID string, seq, token uint64, b *sessionlog.TurnB
 // cannot be read.
 func (st *state) consumed(seq, token uint64, b *sessionlog.ConsumeBody) {
 	st.rev, st.newest = seq, max(st.newest, token)
-	st.attempts = 0
+	st.attempts, st.more = 0, false
 	if b == nil {
 		return
 	}
+	st.more = b.More
 	st.cursor = max(st.cursor, b.InputCursor)
 	st.remember(b.Inputs)
 }

@@ -118,3 +118,45 @@ func TestReadsPerTurnBounded(t *testing.T) {
 		}
 	}
 }
+
+// A run that goes on from its own commit to the next input records that
+// turn's effects under its first fence. When it dies there, the next run
+// must not take the turn for a fresh one: it replays the recorded model
+// call instead of calling the model again.
+func TestRunThatWentOnIsReplayed(t *testing.T) {
+	r := newRig(t)
+	conn := r.conn()
+	second := false
+	var a *Node
+	a = r.nodeOn(conn, "a", withBoundary(func(name string) error {
+		switch {
+		case name == "before-commit" && !second:
+			// After the turn's last checkpoint: the input starts a turn of
+			// its own, in the same run.
+			second = true
+			if _, _, err := a.Session("s1").Send(r.ctx, "k2", Input{Text: "And tomorrow?"}); err != nil {
+				t.Error(err)
+			}
+		case name == "after-record llm-call" && second:
+			conn.Close()
+			return errCrash
+		}
+		return nil
+	}))
+	if _, _, err := a.Session("s1").Send(r.ctx, "k1", Input{Text: "Weather?"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Session("s1").Run(r.ctx); !errors.Is(err, errCrash) {
+		t.Fatalf("run on a: %v, want the crash in the second turn", err)
+	}
+	calls := r.models.Requests()
+	b := r.node("b")
+	res := runUntilFree(t, b.Session("s1"))
+	if len(res) != 1 || res[0].Replayed == 0 {
+		t.Fatalf("b committed %+v; want the second turn, with the model call a recorded replayed", res)
+	}
+	// The turn's one model call was recorded: b makes none.
+	if got := r.models.Requests() - calls; got != 0 {
+		t.Fatalf("b made %d model requests for a turn whose model call a recorded", got)
+	}
+}
