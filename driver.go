@@ -135,40 +135,51 @@ func (s *Session) run(ctx context.Context) (_ []TurnResult, _ uint64, err error)
 
 func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResult, uint64, error) {
 	n := s.n
-	// The state this node kept from its last run of the session, if any:
-	// only what the log gained since is read. It goes back when the run
-	// ends, a fold of the log through st.rev whatever happened.
+	// The state this node kept from its last run of the session, if any.
+	// It is trusted without reading the log: the fence's compare-and-set
+	// fails if anything was written since, and the run then reads only what
+	// was. The state goes back when the run ends, a fold of the log through
+	// st.rev whatever happened.
 	st := n.states.take(s.id)
 	if st == nil {
 		st = newState(s.id)
 	}
 	defer n.states.put(st)
-	if err := s.fold(ctx, st); err != nil {
-		return nil, st.cursor, err
-	}
-	next, err := s.nextInput(ctx, st.cursor)
-	if err != nil || next == nil {
-		// Nothing to run: no fence, so idle runs cost no attempt.
-		return nil, st.cursor, err
-	}
+	kept := st.rev > 0
+	var next *sessionlog.Input
 	var f *failure
 	var recorded []*effectlog.Record
-	if !st.fresh() {
-		// Only a turn some run began can have a journal.
-		if f, recorded, err = s.checkSettings(ctx, next); err != nil {
-			return nil, st.cursor, err
+	var pos sessionlog.Position
+	for try := 0; ; try++ {
+		if !kept || try > 0 {
+			if err := s.fold(ctx, st); err != nil {
+				return nil, st.cursor, err
+			}
 		}
-	}
-	pos, moved, err := s.fence(ctx, lease, st)
-	if err != nil {
-		return nil, st.cursor, err
-	}
-	if moved {
-		// An older holder wrote since the read: start from what it left.
-		f, recorded = nil, nil
+		var err error
 		if next, err = s.nextInput(ctx, st.cursor); err != nil || next == nil {
+			// Nothing to run: no fence, so idle runs cost no attempt.
 			return nil, st.cursor, err
 		}
+		f, recorded = nil, nil
+		if !st.fresh() {
+			// Only a turn some run began can have a journal.
+			if f, recorded, err = s.checkSettings(ctx, next); err != nil {
+				return nil, st.cursor, err
+			}
+		}
+		pos, err = n.log.FenceAfter(ctx, s.id, lease.Token, n.runName, st.rev, st.newest)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, streams.ErrConflict) {
+			return nil, st.cursor, err
+		}
+		if try == 3 {
+			return nil, st.cursor, fmt.Errorf("lash: session %s: fence: the log kept moving: %w", s.id, err)
+		}
+		// Written since st.rev (by an older holder, or another node since
+		// this one kept the state): read it and decide again.
 	}
 	attempt, fresh := st.attempts+1, st.fresh()
 	if pos.Seq() != st.rev {
@@ -179,6 +190,7 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 	}
 	var results []TurnResult
 	for next != nil {
+		var err error
 		use, in, take := screen(st, nil, *next, true)
 		if !take {
 			if pos, next, err = s.consume(ctx, pos, st, use); err != nil {
@@ -211,24 +223,6 @@ func (s *Session) nextInput(ctx context.Context, cursor uint64) (*sessionlog.Inp
 		return nil, err
 	}
 	return &in, nil
-}
-
-// fence appends this holder's fence after the head st was read at. When
-// another write landed since, it folds what was written into st, reports
-// moved, and tries again.
-func (s *Session) fence(ctx context.Context, lease *leases.Lease, st *state) (pos sessionlog.Position, moved bool, err error) {
-	n := s.n
-	for range 3 {
-		pos, err = n.log.FenceAfter(ctx, s.id, lease.Token, n.runName, st.rev, st.newest)
-		if !errors.Is(err, streams.ErrConflict) {
-			return pos, moved, err
-		}
-		if err = s.fold(ctx, st); err != nil {
-			return pos, false, err
-		}
-		moved = true
-	}
-	return pos, false, fmt.Errorf("lash: session %s: fence: the log kept moving: %w", s.id, err)
 }
 
 // checkSettings looks at the journal of a turn some run began: a turn
