@@ -1,125 +1,130 @@
-package lash
+package lash_test
 
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/lash-run/lash/provider/scripted"
-	"github.com/lash-run/lash/testenv"
-	"github.com/lash-run/lash/turn"
+	"github.com/lash-run/lash/internal/bench"
 )
 
-const answerScript = `
-default
-  say All good.
-`
+// The benchmarks of internal/bench, on an embedded server that fsyncs
+// before it acknowledges (lash's default) and on one that does not. Each
+// reports its figure and its ratio to the raw JetStream floor measured in
+// the same run; b.N only sets how many samples each takes. lash-bench runs
+// the same with larger counts (README, "Performance").
 
-// memoryTurn runs the same turn with answers kept in a map: the cost of
-// the turn without durability.
-func memoryTurn(ctx context.Context, model Model, cfg turn.Config, sid, turnID string, journal map[string]turn.Result) error {
-	m, err := turn.New(cfg, turn.Start{Session: sid, Turn: turnID, Input: turn.Input{Messages: []turn.Message{{Role: turn.RoleUser, Text: "hi"}}}})
-	if err != nil {
-		return err
-	}
-	for {
-		e := m.Next()
-		var r turn.Result
-		switch e := e.(type) {
-		case *turn.Progress, *turn.Emit:
-			continue
-		case *turn.Done:
-			return nil
-		case *turn.SyncTools:
-			r = turn.ToolsSynced{ID: e.H.ID}
-		case *turn.LLMCall:
-			resp, err := model.Complete(ctx, e.Request, nil)
-			if err != nil {
-				return err
-			}
-			r = turn.LLMResult{ID: e.H.ID, Response: &resp}
-		case *turn.Checkpoint:
-			r = turn.CheckpointResult{ID: e.H.ID}
-		default:
-			return fmt.Errorf("unexpected %T", e)
-		}
-		journal[e.Head().Key.String()] = r
-		if err := m.Deliver(r); err != nil {
-			return err
-		}
-	}
-}
-
-// BenchmarkTurn: a durable turn of three effects (sync tools, model call,
-// checkpoint) with the scripted model in-process, against the same turn on
-// memory, and turns per second with 1, 16 and 64 sessions at once. It
-// reports the messages the node sends to NATS per turn (JetStream round
-// trips and publishes).
-func BenchmarkTurn(b *testing.B) {
-	ctx := context.Background()
-	srv := testenv.RunJetStream(b, testenv.WithSyncAlways())
-	model := scripted.NewModel(scripted.MustParse(answerScript))
-	cfg := turn.Config{Model: "scripted"}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	nc := srv.Conn(b)
-	n, err := Open(ctx, WithConn(nc), WithModel(model), WithMachine(cfg), WithLogger(quiet), WithLeaseTTL(10*time.Second))
+func env(b *testing.B, sync bool) (*bench.Env, bench.Floor) {
+	b.Helper()
+	e, err := bench.Start(b.TempDir(), sync)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer n.Close(context.Background())
+	b.Cleanup(e.Close)
+	f, err := e.MeasureFloor(context.Background(), 200)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return e, f
+}
 
-	var memory time.Duration
-	b.Run("memory", func(b *testing.B) {
-		start := time.Now()
-		for i := range b.N {
-			if err := memoryTurn(ctx, model, cfg, "mem", fmt.Sprint(i), map[string]turn.Result{}); err != nil {
-				b.Fatal(err)
-			}
+func report(b *testing.B, rs ...bench.Result) {
+	b.Helper()
+	for _, r := range rs {
+		b.Logf("%s: %.3f %s, floor %.3f, ratio %.2fx (%s)", r.Name, r.Value, r.Unit, r.Floor, r.Ratio, r.Note)
+	}
+	if len(rs) == 1 {
+		b.ReportMetric(rs[0].Value, rs[0].Unit)
+		b.ReportMetric(rs[0].Ratio, "x-floor")
+	}
+}
+
+func modes(b *testing.B, fn func(b *testing.B, e *bench.Env, f bench.Floor)) {
+	for _, sync := range []bool{true, false} {
+		name := "fsync"
+		if !sync {
+			name = "lazy"
 		}
-		memory = time.Since(start) / time.Duration(b.N)
-	})
-	runs := 0 // -count runs the same b.N again: fresh sessions each time
-	for _, sessions := range []int{1, 16, 64} {
-		b.Run(fmt.Sprintf("durable/sessions=%d", sessions), func(b *testing.B) {
-			runs++
-			before := nc.Stats().OutMsgs
-			start := time.Now()
-			var wg sync.WaitGroup
-			errs := make(chan error, sessions)
-			per := (b.N + sessions - 1) / sessions
-			for s := range sessions {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					sess := n.Session(fmt.Sprintf("b%d-%d-%d-%d", sessions, b.N, runs, s))
-					for i := range per {
-						if _, _, err := sess.Send(ctx, fmt.Sprint(i), Input{Text: "hi"}); err != nil {
-							errs <- err
-							return
-						}
-						if _, err := sess.Run(ctx); err != nil {
-							errs <- err
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				b.Fatal(err)
-			}
-			elapsed := time.Since(start)
-			turns := per * sessions
-			b.ReportMetric(float64(turns)/elapsed.Seconds(), "turns/s")
-			b.ReportMetric(float64(nc.Stats().OutMsgs-before)/float64(turns), "nats-msgs/turn")
-			if sessions == 1 && memory > 0 {
-				b.ReportMetric(float64(elapsed/time.Duration(turns))/float64(memory), "x-memory")
-			}
+		b.Run(name, func(b *testing.B) {
+			e, f := env(b, sync)
+			fn(b, e, f)
 		})
 	}
+}
+
+// BenchmarkLatency: input to commit on a serving node.
+func BenchmarkLatency(b *testing.B) {
+	modes(b, func(b *testing.B, e *bench.Env, f bench.Floor) {
+		r, err := bench.Latency(b.Context(), e, f, max(b.N, 20))
+		if err != nil {
+			b.Fatal(err)
+		}
+		report(b, r)
+	})
+}
+
+// BenchmarkEffect: what one more effect adds to a turn.
+func BenchmarkEffect(b *testing.B) {
+	modes(b, func(b *testing.B, e *bench.Env, f bench.Floor) {
+		r, err := bench.EffectCost(b.Context(), e, f, max(b.N, 20))
+		if err != nil {
+			b.Fatal(err)
+		}
+		report(b, r)
+	})
+}
+
+// BenchmarkConcurrency: turns/s at 1 to 256 sessions at once.
+func BenchmarkConcurrency(b *testing.B) {
+	modes(b, func(b *testing.B, e *bench.Env, f bench.Floor) {
+		for _, c := range []int{1, 16, 64, 256} {
+			b.Run(fmt.Sprintf("sessions=%d", c), func(b *testing.B) {
+				rs, err := bench.Concurrency(b.Context(), e, f, []int{c}, max(b.N, 20))
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(rs[0].Value, "turns/s")
+				b.ReportMetric(rs[1].Ratio, "x-per-append-fsync")
+			})
+		}
+	})
+}
+
+// BenchmarkHistory: a turn on a session with 1, 100 and 1000 turns behind.
+func BenchmarkHistory(b *testing.B) {
+	modes(b, func(b *testing.B, e *bench.Env, f bench.Floor) {
+		rs, err := bench.History(b.Context(), e, []int{1, 100, 1000}, max(b.N, 20))
+		if err != nil {
+			b.Fatal(err)
+		}
+		report(b, rs...)
+		b.ReportMetric(rs[len(rs)-1].Ratio, "x-history-1")
+	})
+}
+
+// BenchmarkSessions: listing leases and a new session's turn at 1k and 10k
+// sessions run (lash-bench goes to 100k and more).
+func BenchmarkSessions(b *testing.B) {
+	modes(b, func(b *testing.B, e *bench.Env, f bench.Floor) {
+		rs, err := bench.Sessions(b.Context(), e, []int{1000, 10000}, 10)
+		if err != nil {
+			b.Fatal(err)
+		}
+		report(b, rs...)
+		b.ReportMetric(rs[len(rs)-2].Ratio, "x-list-at-1k")
+	})
+}
+
+// BenchmarkFailover: a killed node's turn resumed by another, with and
+// without proof of its death.
+func BenchmarkFailover(b *testing.B) {
+	modes(b, func(b *testing.B, e *bench.Env, f bench.Floor) {
+		for _, proof := range []bool{true, false} {
+			r, err := bench.Failover(b.Context(), e, proof)
+			if err != nil {
+				b.Fatal(err)
+			}
+			report(b, r)
+		}
+	})
 }

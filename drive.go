@@ -60,7 +60,7 @@ func (d *drive) lookup(key turn.ReplayKey, hash turn.Hash) (*effectlog.Record, e
 func (d *drive) run(ctx context.Context, st *state, in Input, recs []*effectlog.Record) (turn.Outcome, error) {
 	n := d.s.n
 	m, err := turn.New(n.opts.machine, turn.Start{Session: d.s.id, Turn: d.turn,
-		History: st.history, Suspended: st.suspended, Input: in.toTurn()})
+		History: st.history, HistoryDigest: &st.digest, Suspended: st.suspended, Input: in.toTurn()})
 	if err != nil {
 		return turn.Outcome{}, terminal(FailInvalidResult, err)
 	}

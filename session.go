@@ -151,6 +151,7 @@ type state struct {
 	rev       uint64 // the last revision read (the head a fence names)
 	newest    uint64 // the newest fencing token among the entries read
 	history   []turn.Message
+	digest    turn.Digest // of history
 	suspended []turn.SuspendedCall
 	cursor    uint64
 	turns     map[string]uint64 // committed turn id -> revision
@@ -274,6 +275,7 @@ func (st *state) committed(turnID string, seq, token uint64, b *sessionlog.TurnB
 	st.more = b.More
 	st.turns[turnID] = seq
 	st.history = append(st.history, b.Outcome.Messages...)
+	st.digest = st.digest.Extend(b.Outcome.Messages...)
 	st.suspended = b.Outcome.Suspended
 	st.cursor = max(st.cursor, b.InputCursor)
 	st.usage = st.usage.Add(b.Outcome.Usage)

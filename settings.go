@@ -37,6 +37,9 @@ type Settings struct {
 	DecisionWait    string   `json:"decision_wait"`
 	GracePrompt     string   `json:"grace_prompt"`
 	Label           string   `json:"label,omitempty"`
+	// Hashing is how the machine hashes requests (turn.RequestHashing):
+	// journals recorded under another way cannot be replayed by this one.
+	Hashing int `json:"hashing,omitempty"`
 }
 
 // WithSettingsLabel names the code behind the machine's hooks and backoff,
@@ -64,12 +67,16 @@ func SettingsOf(c turn.Config, label string) Settings {
 		MaxTokens: c.Sampling.MaxTokens, Stop: c.Sampling.Stop,
 		MaxIterations: or(l.MaxIterations, turn.DefaultMaxIterations), TokenBudget: l.TokenBudget,
 		MaxToolFailures: l.MaxToolFailures, MaxAttempts: or(l.MaxAttempts, turn.DefaultMaxAttempts),
-		MaxBackoff: backoff.String(), DecisionWait: c.DecisionWait.String(), GracePrompt: grace, Label: label}
+		MaxBackoff: backoff.String(), DecisionWait: c.DecisionWait.String(), GracePrompt: grace, Label: label,
+		Hashing: turn.RequestHashing}
 }
 
 // Config is the machine configuration the settings describe; hooks and a
 // custom backoff cannot be described and are left out.
 func (s Settings) Config() (turn.Config, error) {
+	if s.Hashing != turn.RequestHashing {
+		return turn.Config{}, fmt.Errorf("lash: settings: requests were hashed the way of version %d; this version of lash hashes them the way of version %d", s.Hashing, turn.RequestHashing)
+	}
 	backoff, err := time.ParseDuration(s.MaxBackoff)
 	if err != nil {
 		return turn.Config{}, fmt.Errorf("lash: settings: max_backoff: %w", err)

@@ -3,7 +3,6 @@ package lash
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -178,7 +177,7 @@ func (i *Inspector) verifyTurn(ctx context.Context, cfg turn.Config, session, tu
 	for _, r := range recs {
 		recorded[r.Key] = r
 	}
-	mach, err := turn.New(cfg, turn.Start{Session: session, Turn: turnID, History: st.history, Suspended: st.suspended, Input: in.toTurn()})
+	mach, err := turn.New(cfg, turn.Start{Session: session, Turn: turnID, History: st.history, HistoryDigest: &st.digest, Suspended: st.suspended, Input: in.toTurn()})
 	if err != nil {
 		return v, err
 	}
@@ -282,8 +281,8 @@ func compareOutcome(want, got *turn.Outcome) string {
 }
 
 // renderRequest writes an effect's request as lines an operator can diff.
-// A model request keeps its newest messages in full and an earlier part as
-// a hash, so a record stays small however long the session is.
+// A model request keeps its newest messages in full and leaves the earlier
+// ones out, so a record stays small however long the session is.
 func renderRequest(e turn.Effect) string {
 	c, ok := e.(*turn.LLMCall)
 	if !ok {
@@ -302,12 +301,10 @@ func renderRequest(e turn.Effect) string {
 	const keep = 32
 	from := 0
 	if len(req.Messages) > keep {
+		// Rendering or hashing them again would cost every model call in
+		// proportion to the session's length: the request hash covers them.
 		from = len(req.Messages) - keep
-		h := sha256.New()
-		for _, m := range req.Messages[:from] {
-			h.Write([]byte(renderMessage(0, m)))
-		}
-		fmt.Fprintf(&b, "messages 0-%d: sha256 %s\n", from-1, hex.EncodeToString(h.Sum(nil))[:16])
+		fmt.Fprintf(&b, "messages 0-%d: not shown (the request hash covers them)\n", from-1)
 	}
 	for k := from; k < len(req.Messages); k++ {
 		b.WriteString(renderMessage(k, req.Messages[k]))

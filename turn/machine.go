@@ -78,18 +78,20 @@ type state struct {
 	AwaitFor time.Duration  `msgpack:"awt,omitempty"`
 	NextID   EffectID       `msgpack:"nid"`
 
-	Iteration  int         `msgpack:"it"`
-	Round      int         `msgpack:"rnd"`
-	Messages   []Message   `msgpack:"msg"`
-	HistoryLen int         `msgpack:"hl"`
-	Tools      []ToolSpec  `msgpack:"tools"`
-	Calls      []callState `msgpack:"calls"`
-	Decided    []string    `msgpack:"dec"`
-	StartDecs  []Decision  `msgpack:"sdec"`
-	Events     []Event     `msgpack:"ev"`
-	SentMsgs   int         `msgpack:"sm"`
-	SentEvents int         `msgpack:"se"`
-	Queue      []queued    `msgpack:"q"`
+	Iteration  int       `msgpack:"it"`
+	Round      int       `msgpack:"rnd"`
+	Messages   []Message `msgpack:"msg"`
+	HistoryLen int       `msgpack:"hl"`
+	// HistoryDigest is the Digest of the history's messages.
+	HistoryDigest Digest      `msgpack:"hd"`
+	Tools         []ToolSpec  `msgpack:"tools"`
+	Calls         []callState `msgpack:"calls"`
+	Decided       []string    `msgpack:"dec"`
+	StartDecs     []Decision  `msgpack:"sdec"`
+	Events        []Event     `msgpack:"ev"`
+	SentMsgs      int         `msgpack:"sm"`
+	SentEvents    int         `msgpack:"se"`
+	Queue         []queued    `msgpack:"q"`
 
 	Usage       Usage       `msgpack:"use"`
 	Failures    int         `msgpack:"fail"`
@@ -123,6 +125,11 @@ func New(cfg Config, s Start) (*Machine, error) {
 	st.Status = StatusRunning
 	st.Messages = slices.Clone(s.History)
 	st.HistoryLen = len(s.History)
+	if s.HistoryDigest != nil {
+		st.HistoryDigest = *s.HistoryDigest
+	} else {
+		st.HistoryDigest = Digest{}.Extend(s.History...)
+	}
 	st.SentMsgs = st.HistoryLen
 	for _, sc := range s.Suspended {
 		st.Calls = append(st.Calls, callState{Call: sc.Call, Status: CallSuspended, Ticket: sc.Ticket, Iteration: sc.Iteration})
@@ -842,7 +849,7 @@ func (m *Machine) build() Effect {
 	case phaseSync:
 		return &SyncTools{H: head(KindSyncTools, canonicalHash(KindSyncTools, nil))}
 	case phaseLLM:
-		return &LLMCall{H: head(KindLLMCall, canonicalHash(KindLLMCall, st.Request)), Attempt: st.Attempt, Request: *st.Request}
+		return &LLMCall{H: head(KindLLMCall, m.llmRequestHash(st.Request)), Attempt: st.Attempt, Request: *st.Request}
 	case phaseSleep:
 		return &Sleep{H: head(KindSleep, canonicalHash(KindSleep, st.SleepFor)), Duration: st.SleepFor, Reason: "provider retry backoff"}
 	case phaseCheckpoint:

@@ -398,3 +398,43 @@ func TestReplayDetectsNondeterminism(t *testing.T) {
 func isFireAndForget(sig string) bool {
 	return strings.HasPrefix(sig, "progress ") || strings.HasPrefix(sig, "emit ")
 }
+
+// A history digest handed in is the one the machine computes itself, and
+// the model request's hash covers every history message through it.
+func TestHistoryDigest(t *testing.T) {
+	history := []Message{{Role: RoleUser, Text: "one"}, {Role: RoleAssistant, Text: "two"}, {Role: RoleUser, Text: "three"}}
+	hashOfCall := func(h []Message, d *Digest) Hash {
+		t.Helper()
+		m, err := New(Config{Model: "m", System: "be brief"}, Start{Session: "s", Turn: "t", History: h, HistoryDigest: d,
+			Input: Input{Messages: []Message{{Role: RoleUser, Text: "four"}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			switch e := m.Next().(type) {
+			case *SyncTools:
+				if err := m.Deliver(ToolsSynced{ID: e.H.ID}); err != nil {
+					t.Fatal(err)
+				}
+			case *LLMCall:
+				return e.H.Hash
+			case *Progress, *Emit:
+			default:
+				t.Fatalf("%T before the model call", e)
+			}
+		}
+	}
+	d := Digest{}.Extend(history...)
+	if (Digest{}).Extend(history[:1]...).Extend(history[1:]...) != d {
+		t.Fatal("extending a digest twice differs from extending it once")
+	}
+	computed, given := hashOfCall(history, nil), hashOfCall(history, &d)
+	if computed != given {
+		t.Fatalf("request hash with the digest given %s, computed %s", given, computed)
+	}
+	changed := slices.Clone(history)
+	changed[0].Text = "uno"
+	if hashOfCall(changed, nil) == computed {
+		t.Fatal("changing the first history message left the request hash as it was")
+	}
+}

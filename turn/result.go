@@ -171,9 +171,13 @@ type Input struct {
 // Start is everything a fresh turn is built from. Session and Turn go into
 // every replay key, so both must be stable across workers.
 type Start struct {
-	Session   string
-	Turn      string
-	History   []Message
-	Suspended []SuspendedCall
-	Input     Input
+	Session string
+	Turn    string
+	History []Message
+	// HistoryDigest, when set, must be Digest{}.Extend(History...): a
+	// driver that keeps it along spares the machine hashing the whole
+	// history at every turn. Nil computes it.
+	HistoryDigest *Digest
+	Suspended     []SuspendedCall
+	Input         Input
 }

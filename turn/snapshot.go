@@ -13,7 +13,7 @@ import (
 // and the state holds no maps, so equal states give equal bytes.
 const (
 	snapshotMagic   = "lashturn"
-	SnapshotVersion = 1
+	SnapshotVersion = 2
 )
 
 var (

@@ -1,0 +1,159 @@
+// Package bench measures lash against the JetStream operations it is built
+// on, in the same run on the same server: every figure it reports that
+// matters is a ratio to such a floor, since absolute times move with the
+// machine. `go test -bench` (the module root) and the lash-bench command
+// both run it.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/lash-run/lash"
+	"github.com/lash-run/lash/provider/scripted"
+	"github.com/lash-run/lash/streams"
+	"github.com/lash-run/lash/tools"
+	"github.com/lash-run/lash/turn"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Env is an embedded server with JetStream on a fresh directory.
+type Env struct {
+	// Sync says the server fsyncs before it acknowledges (lash's default).
+	Sync bool
+	dir  string
+	srv  *streams.Embedded
+	nc   *nats.Conn
+	js   jetstream.JetStream
+}
+
+// Start starts a server in a new directory under dir ("" for the system's
+// temporary directory).
+func Start(dir string, sync bool) (*Env, error) {
+	d, err := os.MkdirTemp(dir, "lash-bench-")
+	if err != nil {
+		return nil, err
+	}
+	srv, err := streams.StartEmbedded(streams.EmbeddedConfig{StoreDir: d, Listen: "none", NoSync: !sync})
+	if err != nil {
+		os.RemoveAll(d)
+		return nil, err
+	}
+	e := &Env{Sync: sync, dir: d, srv: srv}
+	if e.nc, err = e.Conn(); err != nil {
+		e.Close()
+		return nil, err
+	}
+	if e.js, err = jetstream.New(e.nc); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// Conn is a new connection to the server.
+func (e *Env) Conn() (*nats.Conn, error) { return e.srv.Connect() }
+
+// Close stops the server and removes its files.
+func (e *Env) Close() {
+	if e.nc != nil {
+		e.nc.Close()
+	}
+	e.srv.Shutdown()
+	os.RemoveAll(e.dir)
+}
+
+// Mode names the fsync mode.
+func (e *Env) Mode() string {
+	if e.Sync {
+		return "fsync"
+	}
+	return "lazy"
+}
+
+// Quiet is the logger of the nodes a benchmark opens.
+var Quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// loopScript answers with a tool call while the turn has made fewer than
+// "rounds" of them (the user's text), then with text.
+func loopScript(rounds int) string {
+	return fmt.Sprintf(`
+rule loop
+  when user contains rounds
+  when tools < %d
+  call echo {}
+
+default
+  say done
+`, rounds)
+}
+
+// node opens a node on its own connection, with an in-process scripted
+// model and an echo tool.
+func (e *Env) node(id, script string, opts ...lash.Option) (*lash.Node, *nats.Conn, error) {
+	nc, err := e.Conn()
+	if err != nil {
+		return nil, nil, err
+	}
+	reg := tools.New()
+	echo, err := tools.Func("echo", "answers at once", func(ctx context.Context, _ struct{}) (string, error) { return "ok", nil })
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := reg.Register(echo); err != nil {
+		return nil, nil, err
+	}
+	base := []lash.Option{lash.WithConn(nc), lash.WithModel(scripted.NewModel(scripted.MustParse(script))), lash.WithTools(reg),
+		lash.WithMachine(turn.Config{Model: "scripted"}), lash.WithLogger(Quiet), lash.WithNodeID(id), lash.WithLeaseTTL(5 * time.Second)}
+	n, err := lash.Open(context.Background(), append(base, opts...)...)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return n, nc, nil
+}
+
+// Result is one figure.
+type Result struct {
+	Name  string
+	Value float64
+	Unit  string
+	// Floor is what the same work costs in raw JetStream operations, in
+	// Unit; Ratio is Value/Floor (or Floor/Value for rates, so that below
+	// 1 is always better than... see Better).
+	Floor float64
+	Ratio float64
+	Note  string
+}
+
+// Print writes results as a table.
+func Print(w io.Writer, rs []Result) {
+	for _, r := range rs {
+		line := fmt.Sprintf("%-44s %12.3f %-9s", r.Name, r.Value, r.Unit)
+		if r.Floor != 0 {
+			line += fmt.Sprintf(" floor %10.3f  ratio %6.2fx", r.Floor, r.Ratio)
+		}
+		if r.Note != "" {
+			line += "  " + r.Note
+		}
+		fmt.Fprintln(w, line)
+	}
+}
+
+// median of ds.
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

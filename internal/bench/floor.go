@@ -1,0 +1,81 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Floor is what raw JetStream operations take on the server, each the
+// median of its samples.
+type Floor struct {
+	// CAS is a publish with a msg id and the subject's expected last
+	// sequence: a journal record, a fence, a commit, a lease claim.
+	CAS time.Duration
+	// Read is a get of a subject's last or next message from the stream's
+	// leader: a head, the next input.
+	Read time.Duration
+	// Hop is from a publish until a shared pull consumer delivers the
+	// message: how an input reaches a node.
+	Hop time.Duration
+}
+
+// MeasureFloor times n of each raw operation on a stream of its own, made
+// like lash's (file storage, no direct gets).
+func (e *Env) MeasureFloor(ctx context.Context, n int) (Floor, error) {
+	st, err := e.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "FLOOR", Subjects: []string{"floor.>"},
+		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute})
+	if err != nil {
+		return Floor{}, err
+	}
+	var f Floor
+	cas := make([]time.Duration, n)
+	var last uint64
+	for i := range n {
+		start := time.Now()
+		ack, err := e.js.Publish(ctx, "floor.cas", []byte("0123456789abcdef0123456789abcdef"),
+			jetstream.WithMsgID(fmt.Sprintf("cas-%d-%d", time.Now().UnixNano(), i)), jetstream.WithExpectLastSequencePerSubject(last))
+		if err != nil {
+			return f, fmt.Errorf("floor: CAS publish: %w", err)
+		}
+		cas[i] = time.Since(start)
+		last = ack.Sequence
+	}
+	reads := make([]time.Duration, n)
+	for i := range n {
+		start := time.Now()
+		if _, err := st.GetLastMsgForSubject(ctx, "floor.cas"); err != nil {
+			return f, fmt.Errorf("floor: read: %w", err)
+		}
+		reads[i] = time.Since(start)
+	}
+	cons, err := st.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "floor", FilterSubject: "floor.hop",
+		AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverNewPolicy})
+	if err != nil {
+		return f, err
+	}
+	hops := make([]time.Duration, 0, n)
+	for range n {
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			return f, err
+		}
+		// The pull is waiting on the server before the publish, as a
+		// serving node's pull is.
+		time.Sleep(time.Millisecond)
+		start := time.Now()
+		if _, err := e.js.Publish(ctx, "floor.hop", []byte("{}")); err != nil {
+			return f, err
+		}
+		m, ok := <-batch.Messages()
+		if !ok {
+			return f, fmt.Errorf("floor: hop: no delivery: %v", batch.Error())
+		}
+		hops = append(hops, time.Since(start))
+		_ = m.Ack()
+	}
+	f.CAS, f.Read, f.Hop = median(cas), median(reads), median(hops)
+	return f, nil
+}

@@ -1,0 +1,204 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/lash-run/lash"
+)
+
+// The round trips of the smallest turn (a sync of tools, a model call, a
+// checkpoint), run by a serving node on a session it ran before: the
+// input's publish and delivery, the lease claim, the next input read, the
+// fence, three records, the checkpoint's read of the inputs, the read of
+// the next input before the commit, the commit. ADR 0017 lists them.
+const (
+	turnWrites = 6 // claim, fence, three records, commit (the input is in Hop)
+	turnReads  = 3 // next input, checkpoint, next input before the commit
+)
+
+// Latency times n inputs from Send until their turn's commit on a node
+// that serves one session, against the raw round trips the turn needs.
+func Latency(ctx context.Context, e *Env, f Floor, n int) (Result, error) {
+	commits := make(chan struct{}, 1)
+	node, nc, err := e.node("latency", loopScript(0), lash.WithObserver(func(ev lash.Event) {
+		if ev.Kind == lash.EventTurnCommitted {
+			commits <- struct{}{}
+		}
+	}))
+	if err != nil {
+		return Result{}, err
+	}
+	defer nc.Close()
+	defer node.Close(context.Background())
+	sctx, stop := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- node.Serve(sctx) }()
+	defer func() { stop(); <-served }()
+	s := node.Session("latency")
+	took := make([]time.Duration, 0, n)
+	for i := range n + 5 { // five to warm up
+		start := time.Now()
+		if _, _, err := s.Send(ctx, fmt.Sprint(i), lash.Input{Text: "hi"}); err != nil {
+			return Result{}, err
+		}
+		select {
+		case <-commits:
+		case <-time.After(30 * time.Second):
+			return Result{}, errors.New("latency: no commit within 30s")
+		}
+		if i >= 5 {
+			took = append(took, time.Since(start))
+		}
+	}
+	floor := f.Hop + turnWrites*f.CAS + turnReads*f.Read
+	got := median(took)
+	return Result{Name: "input to commit, 3-effect turn (" + e.Mode() + ")", Value: ms(got), Unit: "ms", Floor: ms(floor),
+		Ratio: float64(got) / float64(floor), Note: fmt.Sprintf("floor: hop + %d CAS + %d reads", turnWrites, turnReads)}, nil
+}
+
+// EffectCost is what one more effect adds to a turn: turns of 8 tool
+// rounds against turns of none, per effect they add, against a raw CAS
+// publish.
+func EffectCost(ctx context.Context, e *Env, f Floor, n int) (Result, error) {
+	const rounds = 8
+	node, nc, err := e.node("effects", loopScript(rounds))
+	if err != nil {
+		return Result{}, err
+	}
+	defer nc.Close()
+	defer node.Close(context.Background())
+	turn := func(i int, text string) (time.Duration, int, error) {
+		s := node.Session(fmt.Sprintf("fx-%s-%d", text, i))
+		if _, _, err := s.Send(ctx, "k", lash.Input{Text: text}); err != nil {
+			return 0, 0, err
+		}
+		start := time.Now()
+		res, err := s.Run(ctx)
+		if err != nil || len(res) != 1 {
+			return 0, 0, fmt.Errorf("effect cost: %v, %v", res, err)
+		}
+		return time.Since(start), res[0].Executed, nil
+	}
+	var short, long []time.Duration
+	var shortFx, longFx int
+	for i := range n + 3 {
+		a, fa, err := turn(i, "none")
+		if err != nil {
+			return Result{}, err
+		}
+		b, fb, err := turn(i, "rounds")
+		if err != nil {
+			return Result{}, err
+		}
+		if i >= 3 {
+			short, long = append(short, a), append(long, b)
+		}
+		shortFx, longFx = fa, fb
+	}
+	if longFx <= shortFx {
+		return Result{}, fmt.Errorf("effect cost: %d effects with rounds, %d without", longFx, shortFx)
+	}
+	per := (median(long) - median(short)) / time.Duration(longFx-shortFx)
+	return Result{Name: "effect cost (" + e.Mode() + ")", Value: ms(per), Unit: "ms", Floor: ms(f.CAS), Ratio: float64(per) / float64(f.CAS),
+		Note: fmt.Sprintf("(turn of %d effects - turn of %d) / %d; floor: one CAS publish", longFx, shortFx, longFx-shortFx)}, nil
+}
+
+// Throughput runs turns on that many sessions at once, each sending its
+// next input when its last turn committed, and returns turns per second.
+func Throughput(ctx context.Context, e *Env, sessions, turnsEach int, tag string) (float64, error) {
+	node, nc, err := e.node("tp-"+tag, loopScript(0), lash.WithConcurrency(sessions))
+	if err != nil {
+		return 0, err
+	}
+	defer nc.Close()
+	defer node.Close(context.Background())
+	var wg sync.WaitGroup
+	errs := make(chan error, sessions)
+	start := time.Now()
+	for k := range sessions {
+		wg.Go(func() {
+			s := node.Session(fmt.Sprintf("tp-%s-%d-%d", tag, sessions, k))
+			for i := range turnsEach {
+				if _, _, err := s.Send(ctx, fmt.Sprint(i), lash.Input{Text: "hi"}); err != nil {
+					errs <- err
+					return
+				}
+				if _, err := s.Run(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, err
+	}
+	return float64(sessions*turnsEach) / time.Since(start).Seconds(), nil
+}
+
+// History times turns on a session that has committed h turns, against
+// the same on a session of one turn.
+func History(ctx context.Context, e *Env, hs []int, n int) ([]Result, error) {
+	node, nc, err := e.node("history", loopScript(0))
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	defer node.Close(context.Background())
+	var out []Result
+	var base time.Duration
+	for _, h := range hs {
+		s := node.Session(fmt.Sprintf("history-%d", h))
+		var took []time.Duration
+		for i := range h + n {
+			if _, _, err := s.Send(ctx, fmt.Sprint(i), lash.Input{Text: "hi"}); err != nil {
+				return nil, err
+			}
+			start := time.Now()
+			if _, err := s.Run(ctx); err != nil {
+				return nil, err
+			}
+			if i >= h {
+				took = append(took, time.Since(start))
+			}
+		}
+		got := median(took)
+		if base == 0 {
+			base = got
+		}
+		out = append(out, Result{Name: fmt.Sprintf("turn at history %d (%s)", h, e.Mode()), Value: ms(got), Unit: "ms",
+			Floor: ms(base), Ratio: float64(got) / float64(base), Note: fmt.Sprintf("floor: a turn at history %d", hs[0])})
+	}
+	return out, nil
+}
+
+// Concurrency runs turns on 1 and more sessions at once: turns per second
+// against one session's, and effects per second against what a journal
+// that fsyncs each append alone allows (one CAS publish after another).
+func Concurrency(ctx context.Context, e *Env, f Floor, counts []int, n int) ([]Result, error) {
+	var out []Result
+	var base float64
+	for _, c := range counts {
+		each := max(4, 4*n/c)
+		tps, err := Throughput(ctx, e, c, each, fmt.Sprint(c))
+		if err != nil {
+			return nil, err
+		}
+		if base == 0 {
+			base = tps
+		}
+		perAppend := 1 / f.CAS.Seconds()
+		out = append(out,
+			Result{Name: fmt.Sprintf("turns/s at %d sessions (%s)", c, e.Mode()), Value: tps, Unit: "turns/s",
+				Floor: base, Ratio: tps / base, Note: fmt.Sprintf("floor: turns/s at %d; higher is better", counts[0])},
+			Result{Name: fmt.Sprintf("effects/s at %d sessions (%s)", c, e.Mode()), Value: 3 * tps, Unit: "effects/s",
+				Floor: perAppend, Ratio: 3 * tps / perAppend, Note: "floor: one CAS publish after another; higher is better"})
+	}
+	return out, nil
+}

@@ -1,0 +1,67 @@
+package turn
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// RequestHashing names how the machine hashes requests. It changes when a
+// request hash would: journals recorded under another way cannot be
+// replayed (1: the whole model request encoded; 2: the history by its
+// Digest).
+const RequestHashing = 2
+
+// Digest is a running hash over a conversation's messages: the digest of
+// no messages is all zeros, and Extend folds in more, each by its
+// canonical encoding. A driver that keeps a long session in memory keeps
+// its history's digest along (Start.HistoryDigest), so that hashing a model
+// request costs in proportion to the turn's own messages, not the
+// session's length.
+type Digest [32]byte
+
+// Extend returns the digest of the messages d covers followed by msgs.
+func (d Digest) Extend(msgs ...Message) Digest {
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	for i := range msgs {
+		buf.Reset()
+		if err := enc.Encode(&msgs[i]); err != nil {
+			// Messages are plain structs of strings and slices: an
+			// encoding failure is a bug, not an input error.
+			panic(fmt.Sprintf("turn: encoding a message: %v", err))
+		}
+		h := sha256.New()
+		h.Write(d[:])
+		h.Write(buf.Bytes())
+		h.Sum(d[:0])
+	}
+	return d
+}
+
+// llmRequestHash is what an LLMCall's hash covers: the request without its
+// messages, the messages before the history (the system prompt), the
+// history by its digest and length, and the turn's own messages one by one.
+func (m *Machine) llmRequestHash(req *ModelRequest) Hash {
+	st := &m.st
+	pre := len(req.Messages) - len(st.Messages)
+	head := *req
+	head.Messages = nil
+	var buf bytes.Buffer
+	buf.WriteByte(byte(KindLLMCall))
+	enc := msgpack.NewEncoder(&buf)
+	if err := enc.Encode(&head); err != nil {
+		panic(fmt.Sprintf("turn: encoding %s request: %v", KindLLMCall, err))
+	}
+	if err := enc.Encode(req.Messages[:pre]); err != nil {
+		panic(fmt.Sprintf("turn: encoding %s request: %v", KindLLMCall, err))
+	}
+	buf.Write(st.HistoryDigest[:])
+	buf.Write(binary.BigEndian.AppendUint64(nil, uint64(st.HistoryLen)))
+	rest := st.HistoryDigest.Extend(req.Messages[pre+st.HistoryLen:]...)
+	buf.Write(rest[:])
+	return hashOf(buf.Bytes())
+}
