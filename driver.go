@@ -58,16 +58,18 @@ func (s *Session) run(ctx context.Context) (_ []TurnResult, _ uint64, err error)
 		n.mu.Unlock()
 		return nil, 0, ErrClosed
 	}
-	if n.running[s.id] {
+	if _, ok := n.running[s.id]; ok {
 		n.mu.Unlock()
 		return nil, 0, fmt.Errorf("%w: %s runs on this node", ErrBusy, s.id)
 	}
-	n.running[s.id] = true
+	ended := make(chan struct{})
+	n.running[s.id] = ended
 	n.runs.Add(1)
 	n.mu.Unlock()
 	defer func() {
 		n.mu.Lock()
 		delete(n.running, s.id)
+		close(ended)
 		n.mu.Unlock()
 		n.runs.Done()
 	}()
@@ -193,7 +195,7 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 		var err error
 		use, in, take := screen(st, nil, *next, true)
 		if !take {
-			if pos, next, err = s.consume(ctx, pos, st, use); err != nil {
+			if pos, err = s.consume(ctx, pos, st, use); err != nil {
 				return results, st.cursor, err
 			}
 		} else {
@@ -202,11 +204,18 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 			if err != nil {
 				return results, st.cursor, err
 			}
-			pos, next = t.pos, t.next
+			pos = t.pos
 			results = append(results, *r)
 		}
-		// The run went on from its own commit: nothing else recorded for
-		// the next turn.
+		if next, err = s.nextInput(ctx, st.cursor); err != nil || next == nil {
+			return results, st.cursor, err
+		}
+		// Going on: the fence says a run began the next turn, so that
+		// whoever runs it after a crash reads what this run recorded.
+		if pos, err = n.log.Refence(ctx, pos, n.runName); err != nil {
+			return results, st.cursor, err
+		}
+		st.fenced(pos.Seq(), pos.Token())
 		attempt, f, recorded, fresh = 1, nil, nil, true
 	}
 	return results, st.cursor, nil
@@ -264,28 +273,23 @@ func (s *Session) checkSettings(ctx context.Context, next *sessionlog.Input) (*f
 		want[:12], n.settings.short())}, nil, nil
 }
 
-// consume appends a consume entry for an input that starts no turn, and
-// returns the input after it, which this run goes on with.
-func (s *Session) consume(ctx context.Context, pos sessionlog.Position, st *state, use sessionlog.InputUse) (sessionlog.Position, *sessionlog.Input, error) {
+// consume appends a consume entry for an input that starts no turn.
+func (s *Session) consume(ctx context.Context, pos sessionlog.Position, st *state, use sessionlog.InputUse) (sessionlog.Position, error) {
 	n := s.n
-	next, err := s.nextInput(ctx, use.Seq)
-	if err != nil {
-		return pos, nil, err
-	}
-	body := &sessionlog.ConsumeBody{Inputs: []sessionlog.InputUse{use}, InputCursor: use.Seq, More: next != nil}
+	body := &sessionlog.ConsumeBody{Inputs: []sessionlog.InputUse{use}, InputCursor: use.Seq}
 	data, err := sessionlog.EncodeConsumeBody(body)
 	if err != nil {
-		return pos, nil, err
+		return pos, err
 	}
 	if pos, err = n.log.Consume(ctx, pos, turnID(use.Seq), data); err != nil {
-		return pos, nil, err
+		return pos, err
 	}
 	st.consumed(pos.Seq(), pos.Token(), body)
 	if use.Refused != "" {
 		n.opts.logger.Warn("input refused: consumed without a turn", "session", s.id, "seq", use.Seq, "reason", use.Refused)
 		n.observe(Event{Kind: EventInputRefused, Session: s.id, Err: errors.New(use.Refused)})
 	}
-	return pos, next, nil
+	return pos, nil
 }
 
 // turnRun is one turn's run within a session run.
@@ -301,8 +305,6 @@ type turnRun struct {
 	recorded []*effectlog.Record
 	fresh    bool
 	pos      sessionlog.Position
-	// next is the input after the turn's, which the run goes on with.
-	next *sessionlog.Input
 }
 
 // turnID names the turn of an input: stable on every node.
@@ -343,11 +345,11 @@ func (s *Session) runTurn(ctx context.Context, pos sessionlog.Position, st *stat
 	if err := s.boundary("before-commit"); err != nil {
 		return nil, err
 	}
-	pos, err := s.commit(ctx, pos, id, body, t)
+	pos, err := s.commit(ctx, pos, id, body)
 	if f == nil && errors.Is(err, blobs.ErrTooLarge) {
 		f = &failure{code: FailTooLarge, err: err}
 		body = failedBody(f, st, t)
-		pos, err = s.commit(ctx, pos, id, body, t)
+		pos, err = s.commit(ctx, pos, id, body)
 	}
 	if err != nil {
 		return nil, err
@@ -375,15 +377,8 @@ func failedBody(f *failure, st *state, t *turnRun) *sessionlog.TurnBody {
 		Inputs: []sessionlog.InputUse{t.use}}
 }
 
-// commit commits a turn's body. It first looks for the input after the
-// body's cursor: the commit says whether the run goes on with it (t.next).
-func (s *Session) commit(ctx context.Context, pos sessionlog.Position, id string, body *sessionlog.TurnBody, t *turnRun) (sessionlog.Position, error) {
+func (s *Session) commit(ctx context.Context, pos sessionlog.Position, id string, body *sessionlog.TurnBody) (sessionlog.Position, error) {
 	n := s.n
-	next, err := s.nextInput(ctx, body.InputCursor)
-	if err != nil {
-		return pos, err
-	}
-	t.next, body.More = next, next != nil
 	data, err := sessionlog.EncodeTurnBody(body)
 	if err != nil {
 		return pos, err

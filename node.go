@@ -110,7 +110,9 @@ type Node struct {
 	states   *states
 
 	mu      sync.Mutex
-	running map[string]bool // sessions this node is driving
+	running map[string]chan struct{} // sessions this node is driving; closed when the run ends
+	// waiting: sessions a dispatch waits on to end their run here.
+	waiting map[string]bool
 	closing bool
 	stop    context.CancelFunc
 	beats   sync.WaitGroup
@@ -148,7 +150,7 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 	if o.heartbeat == 0 {
 		o.heartbeat = o.leaseTTL / 3
 	}
-	n := &Node{opts: o, nc: o.conn, running: map[string]bool{}, states: newStates(DefaultStateCache)}
+	n := &Node{opts: o, nc: o.conn, running: map[string]chan struct{}{}, waiting: map[string]bool{}, states: newStates(DefaultStateCache)}
 	if o.stateCache != nil {
 		n.states = newStates(*o.stateCache)
 	}

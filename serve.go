@@ -98,7 +98,7 @@ func (n *Node) dispatch(ctx context.Context, dl *streams.Delivery) {
 			}
 		}
 	}()
-	_, cursor, err := n.Session(sid).run(ctx)
+	cursor, err := n.runServed(ctx, sid)
 	var attempt *AttemptError
 	switch {
 	case err == nil && cursor >= dl.Msg.Seq:
@@ -127,6 +127,37 @@ func (n *Node) dispatch(ctx context.Context, dl *streams.Delivery) {
 		}
 		_ = dl.Retry(n.opts.leaseTTL)
 	}
+}
+
+// runServed runs a session for a delivery. When this node runs the session
+// already, one delivery waits for that run to end and runs it again: an
+// input that lands while a run releases the session starts at once, not
+// after a retry delay. Others are busy.
+func (n *Node) runServed(ctx context.Context, sid string) (uint64, error) {
+	_, cursor, err := n.Session(sid).run(ctx)
+	if !errors.Is(err, ErrBusy) {
+		return cursor, err
+	}
+	n.mu.Lock()
+	ended, here := n.running[sid]
+	if !here || n.waiting[sid] {
+		n.mu.Unlock()
+		return cursor, err
+	}
+	n.waiting[sid] = true
+	n.mu.Unlock()
+	defer func() {
+		n.mu.Lock()
+		delete(n.waiting, sid)
+		n.mu.Unlock()
+	}()
+	select {
+	case <-ended:
+	case <-ctx.Done():
+		return cursor, ctx.Err()
+	}
+	_, cursor, err = n.Session(sid).run(ctx)
+	return cursor, err
 }
 
 // busyDelay is when an input of a session running elsewhere comes back.

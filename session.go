@@ -161,16 +161,13 @@ type state struct {
 	// attempts counts fences since the last commit or consume: runs that
 	// began the next turn and did not finish it.
 	attempts int
-	// more: the last commit or consume said its run went on to the next
-	// input without another fence.
-	more bool
 }
 
 // fresh reports whether the next turn's journal is known to be empty: no
-// run fenced since the last commit or consume, and the run that wrote it
-// stopped there. Only a run that fenced, or went on from a commit of its
-// own, records effects for a turn.
-func (st *state) fresh() bool { return st.attempts == 0 && !st.more }
+// run fenced since the last commit or consume. Only a run that fenced
+// after them records effects for the next turn (a run that goes on after
+// its own commit fences again, sessionlog.Refence).
+func (st *state) fresh() bool { return st.attempts == 0 }
 
 // keyUse is the first input that used a key.
 type keyUse struct {
@@ -268,11 +265,10 @@ func (st *state) fenced(seq, token uint64) {
 // that is passed over.
 func (st *state) committed(turnID string, seq, token uint64, b *sessionlog.TurnBody) {
 	st.rev, st.newest = seq, max(st.newest, token)
-	st.attempts, st.more = 0, false
+	st.attempts = 0
 	if b == nil {
 		return
 	}
-	st.more = b.More
 	st.turns[turnID] = seq
 	st.history = append(st.history, b.Outcome.Messages...)
 	st.digest = st.digest.Extend(b.Outcome.Messages...)
@@ -286,11 +282,10 @@ func (st *state) committed(turnID string, seq, token uint64, b *sessionlog.TurnB
 // cannot be read.
 func (st *state) consumed(seq, token uint64, b *sessionlog.ConsumeBody) {
 	st.rev, st.newest = seq, max(st.newest, token)
-	st.attempts, st.more = 0, false
+	st.attempts = 0
 	if b == nil {
 		return
 	}
-	st.more = b.More
 	st.cursor = max(st.cursor, b.InputCursor)
 	st.remember(b.Inputs)
 }

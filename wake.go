@@ -277,7 +277,7 @@ func (n *Node) parked(ctx context.Context) ([]parkedCall, error) {
 }
 
 func parkedIn(p *projector.Projector) ([]parkedCall, error) {
-	heads, err := p.Sessions()
+	heads, err := p.SuspendedSessions()
 	if err != nil {
 		return nil, err
 	}

@@ -1,11 +1,13 @@
 package projector
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -47,6 +49,12 @@ type Fold interface {
 	Apply(tx *Txn, m *streams.Msg) error
 }
 
+// Versioned is a fold whose entries' layout has a version: a store folded
+// under another version is cleared and folded again when it opens.
+type Versioned interface {
+	Version() int
+}
+
 // Source is what the projector reads from.
 type Source interface {
 	Tail(ctx context.Context, s streams.Stream, filters []string, from uint64, fn func(*streams.Msg, uint64) error) error
@@ -66,6 +74,7 @@ type Config struct {
 // Keys outside the folds' own space.
 var (
 	keyCursor     = []byte("m/cursor")
+	keyLayout     = []byte("m/layout")
 	prefixQuarant = []byte("q/")
 )
 
@@ -108,6 +117,10 @@ func Open(dir string, src Source, cfg Config) (*Projector, error) {
 		return nil, fmt.Errorf("projector: open %s: %w", dir, err)
 	}
 	p := &Projector{db: db, src: src, cfg: cfg, moved: make(chan struct{})}
+	if err := p.checkLayout(); err != nil {
+		db.Close()
+		return nil, err
+	}
 	cur, err := p.readCursor()
 	if err != nil {
 		db.Close()
@@ -115,6 +128,47 @@ func Open(dir string, src Source, cfg Config) (*Projector, error) {
 	}
 	p.applied.Store(cur)
 	return p, nil
+}
+
+// layout names the folds and their versions.
+func (p *Projector) layout() []byte {
+	var b strings.Builder
+	for _, f := range p.cfg.Folds {
+		v := 0
+		if vf, ok := f.(Versioned); ok {
+			v = vf.Version()
+		}
+		fmt.Fprintf(&b, "%s:%d;", f.Name(), v)
+	}
+	return []byte(b.String())
+}
+
+// checkLayout clears a store folded by other folds or other versions of
+// them: it is a cache, and the stream folds it again.
+func (p *Projector) checkLayout() error {
+	want := p.layout()
+	v, closer, err := p.db.Get(keyLayout)
+	switch {
+	case err == nil:
+		same := bytes.Equal(v, want)
+		closer.Close()
+		if same {
+			return nil
+		}
+	case !errors.Is(err, pebble.ErrNotFound):
+		return fmt.Errorf("projector: read layout: %w", err)
+	}
+	b := p.db.NewBatch()
+	if err := b.DeleteRange([]byte{0}, []byte{0xff}, nil); err != nil {
+		return err
+	}
+	if err := b.Set(keyLayout, want, nil); err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("projector: clear for a new layout: %w", err)
+	}
+	return nil
 }
 
 // quiet drops Pebble's informational chatter; its errors go to the default
@@ -165,6 +219,10 @@ func (p *Projector) Rebuild(ctx context.Context) error {
 	p.runMu.Lock()
 	b := p.db.NewBatch()
 	if err := b.DeleteRange([]byte{0}, []byte{0xff}, nil); err != nil {
+		p.runMu.Unlock()
+		return err
+	}
+	if err := b.Set(keyLayout, p.layout(), nil); err != nil {
 		p.runMu.Unlock()
 		return err
 	}

@@ -236,6 +236,15 @@ type crashAt struct {
 
 var errCrash = errors.New("crash")
 
+// Version keeps the wrapped fold's layout: reopening with the fold alone
+// must not start over.
+func (c *crashAt) Version() int {
+	if v, ok := c.Fold.(projector.Versioned); ok {
+		return v.Version()
+	}
+	return 0
+}
+
 func (c *crashAt) Apply(tx *projector.Txn, m *streams.Msg) error {
 	if m.Seq == c.seq {
 		return errCrash
@@ -456,4 +465,42 @@ func (noLog) Infof(string, ...any)  {}
 func (noLog) Errorf(string, ...any) {}
 func (noLog) Fatalf(f string, a ...any) {
 	panic(fmt.Sprintf(f, a...))
+}
+
+// versioned gives a fold another layout version.
+type versioned struct {
+	*projector.Sessions
+	v int
+}
+
+func (f versioned) Version() int { return f.v }
+
+// A store folded under another layout of its folds is cleared when it
+// opens and folded again from the stream's start, to the same entries.
+func TestNewLayoutFoldsAgain(t *testing.T) {
+	e := newEnv(t)
+	e.writeSessions(3, 5)
+	dir := t.TempDir()
+	p := e.open(dir)
+	if err := p.CatchUp(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	before := dump(t, dir)
+
+	p = e.open(dir, versioned{projector.NewSessions("lash"), 99})
+	if p.Applied() != 0 {
+		t.Fatalf("a store of another layout opened at %d; want it cleared", p.Applied())
+	}
+	if hs, err := p.Sessions(); err != nil || len(hs) != 0 {
+		t.Fatalf("a store of another layout still holds %d sessions (%v)", len(hs), err)
+	}
+	if err := p.CatchUp(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	after := dump(t, dir)
+	delete(before, "m/layout")
+	delete(after, "m/layout")
+	sameStore(t, before, after)
 }

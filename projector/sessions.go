@@ -591,16 +591,30 @@ func writeHead(tx *Txn, tok string, h *SessionHead) error {
 	return nil
 }
 
-// Flush implements Flusher: it writes the heads changed in this Txn.
+// Flush implements Flusher: it writes the heads changed in this Txn, and
+// keeps the index of sessions holding suspended calls ("w/<session>"), so
+// finding parked calls costs what those sessions do, not every session
+// ever run.
 func (f *Sessions) Flush(tx *Txn) error {
 	return tx.Changed(func(tok string, h any) error {
-		v, err := msgpack.Marshal(h.(*SessionHead))
+		head := h.(*SessionHead)
+		v, err := msgpack.Marshal(head)
 		if err != nil {
 			return err
 		}
-		return tx.Set(key([]byte("h"), []byte(tok)), v)
+		if err := tx.Set(key([]byte("h"), []byte(tok)), v); err != nil {
+			return err
+		}
+		if head.Suspended > 0 {
+			return tx.Set(key([]byte("w"), []byte(tok)), nil)
+		}
+		return tx.Delete(key([]byte("w"), []byte(tok)))
 	})
 }
+
+// Version implements Versioned: 2 added the index of sessions holding
+// suspended calls.
+func (f *Sessions) Version() int { return 2 }
 
 // Reads of the session read model. They see what was folded when called;
 // call WaitFor first to read a write of your own.
@@ -627,6 +641,27 @@ func (p *Projector) Session(id string) (*SessionHead, error) {
 func (p *Projector) Sessions() ([]SessionHead, error) {
 	var out []SessionHead
 	err := scan(p.db, p.sessionsKey([]byte("h"), nil), func(_, v []byte) error {
+		var h SessionHead
+		if err := msgpack.Unmarshal(v, &h); err != nil {
+			return err
+		}
+		out = append(out, h)
+		return nil
+	})
+	return out, err
+}
+
+// SuspendedSessions returns the heads of the sessions that hold suspended
+// calls.
+func (p *Projector) SuspendedSessions() ([]SessionHead, error) {
+	var out []SessionHead
+	prefix := p.sessionsKey([]byte("w"), nil)
+	err := scan(p.db, prefix, func(k, _ []byte) error {
+		tok := k[len(prefix):]
+		v, err := get(p.db, p.sessionsKey([]byte("h"), tok))
+		if err != nil {
+			return err
+		}
 		var h SessionHead
 		if err := msgpack.Unmarshal(v, &h); err != nil {
 			return err

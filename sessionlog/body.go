@@ -16,9 +16,6 @@ type TurnBody struct {
 	// recognised for as long as the log lasts, not only within JetStream's
 	// dedupe window.
 	Inputs []InputUse `msgpack:"i,omitempty"`
-	// More says the run that wrote this goes on to the next input under
-	// the same fence: that input's turn may have a journal already.
-	More bool `msgpack:"m,omitempty"`
 }
 
 // ConsumeBody is the body of a consume entry: inputs consumed without a
@@ -26,8 +23,6 @@ type TurnBody struct {
 type ConsumeBody struct {
 	Inputs      []InputUse `msgpack:"i"`
 	InputCursor uint64     `msgpack:"c"`
-	// More: as in TurnBody.
-	More bool `msgpack:"m,omitempty"`
 }
 
 // InputUse is one input a commit or a consume took.

@@ -212,6 +212,25 @@ func (l *Log) fence(ctx context.Context, session, subj string, token uint64, own
 	return Position{session: session, subject: subj, seq: seq, token: token}, nil
 }
 
+// Refence appends the holder's fence again right after its own position:
+// a run that goes on to the next input after a commit or a consume marks
+// that it began that turn, as a new holder's fence does.
+func (l *Log) Refence(ctx context.Context, pos Position, owner string) (Position, error) {
+	if pos.token == 0 || pos.subject == "" {
+		return Position{}, fmt.Errorf("%w: a fence needs a position from Fence or Commit", ErrInvalid)
+	}
+	data, err := encodeEntry(&Entry{Kind: KindFence, Token: pos.token, Owner: owner, Settings: l.settings})
+	if err != nil {
+		return Position{}, err
+	}
+	id := strconv.FormatUint(pos.token, 10) + "@" + strconv.FormatUint(pos.seq, 10)
+	seq, _, err := l.s.Append(ctx, streams.Publication{Subject: pos.subject, Data: data, MsgID: msgID(pos.subject, "fence", id)}, pos.seq)
+	if err != nil {
+		return Position{}, err
+	}
+	return Position{session: pos.session, subject: pos.subject, seq: seq, token: pos.token}, nil
+}
+
 // lastReadable reads the whole log for the newest token among the entries
 // it can decode, and returns it with the revision of the log's head. Only a
 // log whose head is malformed takes this path.

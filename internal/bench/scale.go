@@ -10,6 +10,7 @@ import (
 
 	"github.com/lash-run/lash"
 	"github.com/lash-run/lash/leases"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Sessions seeds sessions that ran and ended (a lease claimed and
@@ -33,6 +34,10 @@ func Sessions(ctx context.Context, e *Env, counts []int, n int) ([]Result, error
 			return nil, err
 		}
 		seeded = count
+		// Sessions that ran and ended: their markers' TTL has passed.
+		if err := e.settled(ctx, node.Streams().LeaseBucket()); err != nil {
+			return nil, err
+		}
 		var lists, turns []time.Duration
 		for i := range n {
 			start := time.Now()
@@ -63,13 +68,35 @@ func Sessions(ctx context.Context, e *Env, counts []int, n int) ([]Result, error
 	return out, nil
 }
 
-// seed claims and releases the leases of sessions from..to-1, 64 at once.
+// settled waits until the lease bucket holds no session key.
+func (e *Env) settled(ctx context.Context, bucket string) error {
+	st, err := e.js.Stream(ctx, "KV_"+bucket)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter("$KV."+bucket+".sess.>"))
+		if err != nil {
+			return err
+		}
+		if len(info.State.Subjects) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("sessions: %d session keys left in the lease bucket after a minute", len(info.State.Subjects))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// seed claims and releases the leases of sessions from..to-1, 16 at once.
 func seed(ctx context.Context, m *leases.Manager, from, to int) error {
 	var next atomic.Int64
 	next.Store(int64(from))
 	var wg sync.WaitGroup
-	errs := make(chan error, 64)
-	for range 64 {
+	errs := make(chan error, 16)
+	for range 16 {
 		wg.Go(func() {
 			for {
 				i := next.Add(1) - 1

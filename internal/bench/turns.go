@@ -40,7 +40,11 @@ func Latency(ctx context.Context, e *Env, f Floor, n int) (Result, error) {
 	defer func() { stop(); <-served }()
 	s := node.Session("latency")
 	took := make([]time.Duration, 0, n)
+	var sent uint64
 	for i := range n + 5 { // five to warm up
+		if i == 5 {
+			sent = nc.Stats().OutMsgs
+		}
 		start := time.Now()
 		if _, _, err := s.Send(ctx, fmt.Sprint(i), lash.Input{Text: "hi"}); err != nil {
 			return Result{}, err
@@ -54,10 +58,12 @@ func Latency(ctx context.Context, e *Env, f Floor, n int) (Result, error) {
 			took = append(took, time.Since(start))
 		}
 	}
+	// What the node sent per turn (the last release may come after).
+	perTurn := float64(nc.Stats().OutMsgs-sent) / float64(n)
 	floor := f.Hop + turnWrites*f.CAS + turnReads*f.Read
 	got := median(took)
 	return Result{Name: "input to commit, 3-effect turn (" + e.Mode() + ")", Value: ms(got), Unit: "ms", Floor: ms(floor),
-		Ratio: float64(got) / float64(floor), Note: fmt.Sprintf("floor: hop + %d CAS + %d reads", turnWrites, turnReads)}, nil
+		Ratio: float64(got) / float64(floor), Note: fmt.Sprintf("floor: hop + %d CAS + %d reads; %.1f messages from the node per turn", turnWrites, turnReads, perTurn)}, nil
 }
 
 // EffectCost is what one more effect adds to a turn: turns of 8 tool
