@@ -144,7 +144,7 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 	// st.rev whatever happened.
 	st := n.states.take(s.id)
 	if st == nil {
-		st = newState(s.id)
+		st = s.fromSnapshot(ctx)
 	}
 	defer n.states.put(st)
 	kept := st.rev > 0
@@ -365,6 +365,7 @@ func (s *Session) runTurn(ctx context.Context, pos sessionlog.Position, st *stat
 		return nil, err
 	}
 	st.committed(id, pos.Seq(), pos.Token(), body)
+	s.snapshot(st)
 	s.wakeAfterCommit(ctx, id, body.Outcome.Suspended)
 	return &TurnResult{Turn: id, Seq: pos.Seq(), Cursor: body.InputCursor, Outcome: body.Outcome,
 		Executed: d.executed, Replayed: d.replayed}, nil

@@ -228,7 +228,7 @@ func crashMatrix(t *testing.T, newRig func(*testing.T) *rig) {
 			}
 			// One commit: the log holds exactly one commit of the turn.
 			st, err := second.Session("s1").load(r.ctx)
-			if err != nil || len(st.turns) != 1 {
+			if err != nil || st.turns != 1 {
 				t.Fatalf("commits %v, %v", st.turns, err)
 			}
 			for _, h := range r.models.Seen() {

@@ -108,6 +108,10 @@ type Node struct {
 	settings nodeSettings
 	health   health
 	states   *states
+	// snapshots bounds the snapshot writes in flight; Close waits for
+	// snapWrites.
+	snapshots  chan struct{}
+	snapWrites sync.WaitGroup
 
 	mu      sync.Mutex
 	running map[string]chan struct{} // sessions this node is driving; closed when the run ends
@@ -150,7 +154,8 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 	if o.heartbeat == 0 {
 		o.heartbeat = o.leaseTTL / 3
 	}
-	n := &Node{opts: o, nc: o.conn, running: map[string]chan struct{}{}, waiting: map[string]bool{}, states: newStates(DefaultStateCache)}
+	n := &Node{opts: o, nc: o.conn, running: map[string]chan struct{}{}, waiting: map[string]bool{},
+		snapshots: make(chan struct{}, maxSnapshotWrites), states: newStates(DefaultStateCache)}
 	if o.stateCache != nil {
 		n.states = newStates(*o.stateCache)
 	}
@@ -297,6 +302,7 @@ func (n *Node) Close(ctx context.Context) error {
 		<-drained
 	}
 	n.end()
+	n.snapWrites.Wait()
 	n.wakers.Wait()
 	n.stop()
 	n.beats.Wait()

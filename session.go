@@ -154,8 +154,10 @@ type state struct {
 	digest    turn.Digest // of history
 	suspended []turn.SuspendedCall
 	cursor    uint64
-	turns     map[string]uint64 // committed turn id -> revision
-	usage     turn.Usage
+	turns     int // committed
+	// since counts the entries folded since the last snapshot.
+	since int
+	usage turn.Usage
 	// keys are the idempotency keys of every input consumed, forever.
 	keys map[string]keyUse
 	// attempts counts fences since the last commit or consume: runs that
@@ -175,11 +177,11 @@ type keyUse struct {
 	hash [32]byte
 }
 
-// load folds the session's whole log. A read of one subject goes at least
+// load folds the session's log after its newest snapshot. A read of one subject goes at least
 // through the leader's last message (streams.Read), so it sees every commit
 // acknowledged before the call, even on a lagging follower.
 func (s *Session) load(ctx context.Context) (*state, error) {
-	st := newState(s.id)
+	st := s.fromSnapshot(ctx)
 	if err := s.fold(ctx, st); err != nil {
 		return nil, err
 	}
@@ -215,6 +217,7 @@ func (s *Session) fold(ctx context.Context, st *state) error {
 			st.consumed(seq, e.Token, b)
 		default:
 			st.rev, st.newest = seq, max(st.newest, e.Token)
+			st.since++
 		}
 		return nil
 	})
@@ -252,12 +255,13 @@ func (s *Session) body(ctx context.Context, seq uint64, e *sessionlog.Entry) (*s
 }
 
 func newState(id string) *state {
-	return &state{id: id, turns: map[string]uint64{}, keys: map[string]keyUse{}}
+	return &state{id: id, keys: map[string]keyUse{}}
 }
 
 // fenced applies a fence at revision seq.
 func (st *state) fenced(seq, token uint64) {
 	st.rev, st.newest = seq, max(st.newest, token)
+	st.since++
 	st.attempts++
 }
 
@@ -265,11 +269,12 @@ func (st *state) fenced(seq, token uint64) {
 // that is passed over.
 func (st *state) committed(turnID string, seq, token uint64, b *sessionlog.TurnBody) {
 	st.rev, st.newest = seq, max(st.newest, token)
+	st.since++
 	st.attempts = 0
 	if b == nil {
 		return
 	}
-	st.turns[turnID] = seq
+	st.turns++
 	st.history = append(st.history, b.Outcome.Messages...)
 	st.digest = st.digest.Extend(b.Outcome.Messages...)
 	st.suspended = b.Outcome.Suspended
@@ -282,6 +287,7 @@ func (st *state) committed(turnID string, seq, token uint64, b *sessionlog.TurnB
 // cannot be read.
 func (st *state) consumed(seq, token uint64, b *sessionlog.ConsumeBody) {
 	st.rev, st.newest = seq, max(st.newest, token)
+	st.since++
 	st.attempts = 0
 	if b == nil {
 		return

@@ -3,8 +3,10 @@ package lash
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"testing"
+	"time"
 )
 
 // kept returns the state node n keeps for session id, and puts it back.
@@ -18,15 +20,24 @@ func kept(t *testing.T, n *Node, id string) *state {
 	return st
 }
 
+// foldAll folds the session's whole log, from revision 0.
+func foldAll(t *testing.T, s *Session) *state {
+	t.Helper()
+	st := newState(s.id)
+	if err := s.fold(t.Context(), st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 // sameAsFold fails unless the state n kept for s equals a fresh fold of the
 // whole log.
 func sameAsFold(t *testing.T, n *Node, s *Session) {
 	t.Helper()
-	fresh, err := s.load(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := kept(t, n, s.id); !reflect.DeepEqual(got, fresh) {
+	fresh := foldAll(t, s)
+	got := *kept(t, n, s.id)
+	got.since, fresh.since = 0, 0 // entries since a snapshot: which one each started from
+	if !reflect.DeepEqual(&got, fresh) {
 		t.Fatalf("kept state of %s differs from a fresh fold of its log:\nkept  %+v\nfresh %+v", s.id, got, fresh)
 	}
 }
@@ -72,8 +83,8 @@ func TestKeptStateFollowsOtherWriters(t *testing.T) {
 	}
 	run(a, 1)
 	st := kept(t, a, "s1")
-	if len(st.turns) != 3 || st.attempts != 0 {
-		t.Fatalf("kept state: %d turns, %d attempts; want 3 and 0", len(st.turns), st.attempts)
+	if st.turns != 3 || st.attempts != 0 {
+		t.Fatalf("kept state: %d turns, %d attempts; want 3 and 0", st.turns, st.attempts)
 	}
 	tr, err := b.Session("s1").Transcript(r.ctx)
 	if err != nil || !reflect.DeepEqual(tr, st.history) {
@@ -87,7 +98,9 @@ func TestKeptStateFollowsOtherWriters(t *testing.T) {
 func TestReadsPerTurnBounded(t *testing.T) {
 	r := newRig(t)
 	nc := r.conn()
-	n := r.nodeOn(nc, "a")
+	// A long TTL: no heartbeat or lease renewal on the connection while a
+	// turn is measured.
+	n := r.nodeOn(nc, "a", WithLeaseTTL(time.Minute))
 	s := n.Session("s1")
 	turnReads := func(i int) (msgs, bytes uint64) {
 		t.Helper()
@@ -102,61 +115,77 @@ func TestReadsPerTurnBounded(t *testing.T) {
 		return after.InMsgs - before.InMsgs, after.InBytes - before.InBytes
 	}
 	// The model's request shows at most its last 32 messages in the
-	// journal: past them a turn's writes and reads stop growing.
-	const young, old = 40, 160
-	var youngMsgs, youngBytes uint64
-	for i := 1; i <= old; i++ {
-		msgs, bytes := turnReads(i)
-		switch i {
-		case young:
-			youngMsgs, youngBytes = msgs, bytes
-		case old:
-			if msgs != youngMsgs || bytes > youngBytes+youngBytes/50 {
-				t.Fatalf("turn %d read %d messages, %d bytes; turn %d read %d messages, %d bytes: "+
-					"a turn's reads must not grow with the session's history", old, msgs, bytes, young, youngMsgs, youngBytes)
-			}
+	// journal: past them a turn's writes and reads stop growing. The
+	// fewest of ten turns leaves out anything else on the connection.
+	fewest := func(from int) (msgs, bytes uint64) {
+		msgs, bytes = math.MaxUint64, math.MaxUint64
+		for i := from; i < from+10; i++ {
+			m, b := turnReads(i)
+			msgs, bytes = min(msgs, m), min(bytes, b)
 		}
+		return msgs, bytes
+	}
+	for i := 1; i < 40; i++ {
+		turnReads(i)
+	}
+	youngMsgs, youngBytes := fewest(40)
+	for i := 50; i < 160; i++ {
+		turnReads(i)
+	}
+	msgs, bytes := fewest(160)
+	if msgs != youngMsgs || bytes > youngBytes+youngBytes/50 {
+		t.Fatalf("turns 160-169 read at least %d messages, %d bytes; turns 40-49 %d messages, %d bytes: "+
+			"a turn's reads must not grow with the session's history", msgs, bytes, youngMsgs, youngBytes)
 	}
 }
 
-// A run that goes on from its own commit to the next input records that
-// turn's effects under its first fence. When it dies there, the next run
-// must not take the turn for a fresh one: it replays the recorded model
-// call instead of calling the model again.
-func TestRunThatWentOnIsReplayed(t *testing.T) {
+// A node that does not keep a session starts from its newest snapshot on
+// the log: it reads the snapshot and the entries after it, not the
+// session's whole log, and folds to the same state.
+func TestColdLoadFromSnapshot(t *testing.T) {
 	r := newRig(t)
-	conn := r.conn()
-	second := false
-	var a *Node
-	a = r.nodeOn(conn, "a", withBoundary(func(name string) error {
-		switch {
-		case name == "before-commit" && !second:
-			// After the turn's last checkpoint: the input starts a turn of
-			// its own, in the same run.
-			second = true
-			if _, _, err := a.Session("s1").Send(r.ctx, "k2", Input{Text: "And tomorrow?"}); err != nil {
-				t.Error(err)
-			}
-		case name == "after-record llm-call" && second:
-			conn.Close()
-			return errCrash
+	a := r.node("a", WithLeaseTTL(time.Minute))
+	sa := a.Session("s1")
+	const turns = 100 // two entries each: snapshots at 64 and 128
+	for i := range turns {
+		if _, _, err := sa.Send(r.ctx, fmt.Sprint(i), Input{Text: "Weather?"}); err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	}))
-	if _, _, err := a.Session("s1").Send(r.ctx, "k1", Input{Text: "Weather?"}); err != nil {
+		if _, err := sa.Run(r.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.snapWrites.Wait()
+	snap, err := a.log.LastSnapshot(r.ctx, "s1")
+	if err != nil {
+		t.Fatalf("no snapshot after %d turns: %v", turns, err)
+	}
+	fromSnap, err := decodeState("s1", snap.Data)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Session("s1").Run(r.ctx); !errors.Is(err, errCrash) {
-		t.Fatalf("run on a: %v, want the crash in the second turn", err)
+	if fromSnap.turns < turns-snapshotEvery/2 {
+		t.Fatalf("newest snapshot holds %d turns of %d", fromSnap.turns, turns)
 	}
-	calls := r.models.Requests()
-	b := r.node("b")
-	res := runUntilFree(t, b.Session("s1"))
-	if len(res) != 1 || res[0].Replayed == 0 {
-		t.Fatalf("b committed %+v; want the second turn, with the model call a recorded replayed", res)
+
+	nc := r.conn()
+	b := r.nodeOn(nc, "b", WithLeaseTTL(time.Minute))
+	sb := b.Session("s1")
+	if _, _, err := sb.Send(r.ctx, "last", Input{Text: "Weather?"}); err != nil {
+		t.Fatal(err)
 	}
-	// The turn's one model call was recorded: b makes none.
-	if got := r.models.Requests() - calls; got != 0 {
-		t.Fatalf("b made %d model requests for a turn whose model call a recorded", got)
+	before := nc.Stats().InMsgs
+	if res, err := sb.Run(r.ctx); err != nil || len(res) != 1 {
+		t.Fatalf("run on b: %v, %v", res, err)
+	}
+	// The snapshot, at most snapshotEvery entries after it, and the turn's
+	// own round trips; the log holds more than 2*turns entries.
+	if got := nc.Stats().InMsgs - before; got > snapshotEvery+30 {
+		t.Fatalf("the first run on a node that keeps no state read %d messages; want at most %d", got, snapshotEvery+30)
+	}
+	sameAsFold(t, b, sb)
+	tr, err := sb.Transcript(r.ctx)
+	if all := foldAll(t, sb).history; err != nil || !reflect.DeepEqual(tr, all) {
+		t.Fatalf("transcript from the snapshot: %d messages, %v; the whole log holds %d", len(tr), err, len(all))
 	}
 }

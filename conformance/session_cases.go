@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -497,4 +498,51 @@ func testRecommitBeforePosition(t *testing.T, env Env) {
 		t.Fatalf("recommit of turn-1 by the new holder: %+v %v; want its own position %d", got, err, b.Seq())
 	}
 	commit(t, ctx, lg, got, "turn-2")
+}
+
+// testSnapshots: the newest snapshot is the one read, older ones are
+// dropped, a large one goes through the object store, and one that does
+// not match its hash is refused, never used.
+func testSnapshots(t *testing.T, env Env) {
+	ctx := testCtx(t)
+	d := open(t, env, streams.Config{InlineBytes: 1 << 10})
+	lg := sessionlog.New(d.client, sessionlog.WithBlobs(blobStore(d.client)))
+	if _, err := lg.LastSnapshot(ctx, "snap/1"); !errors.Is(err, streams.ErrNotFound) {
+		t.Fatalf("LastSnapshot of a session without one: %v, want ErrNotFound", err)
+	}
+	small := sessionlog.Snapshot{Rev: 7, Data: []byte("state at 7")}
+	large := sessionlog.Snapshot{Rev: 9, Data: bytes.Repeat([]byte("state at 9 "), 1000)}
+	for _, s := range []sessionlog.Snapshot{small, large} {
+		if err := lg.PutSnapshot(ctx, "snap/1", s); err != nil {
+			t.Fatalf("PutSnapshot(%d): %v", s.Rev, err)
+		}
+		testenv.WaitFor(t, settleTimeout, func() error {
+			got, err := lg.LastSnapshot(ctx, "snap/1")
+			if err != nil || got.Rev != s.Rev || !bytes.Equal(got.Data, s.Data) {
+				return fmt.Errorf("LastSnapshot after putting %d: rev %d, %d bytes, %v", s.Rev, got.Rev, len(got.Data), err)
+			}
+			return nil
+		})
+	}
+	subj, err := d.client.Subjects().SessionSnapshots("snap/1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []uint64
+	if err := d.client.Read(ctx, subj, 0, func(m *streams.Msg) error { kept = append(kept, m.Seq); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(kept) != 1 {
+		t.Fatalf("%d snapshots kept on the subject; want the newest only", len(kept))
+	}
+	// Something that is no snapshot of this session, on its subject.
+	if _, _, err := d.client.Publish(ctx, streams.Publication{Subject: subj, Data: []byte{0x81, 0xa1, 'r', 0x05}}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, settleTimeout, func() error {
+		if _, err := lg.LastSnapshot(ctx, "snap/1"); !errors.Is(err, sessionlog.ErrMalformed) {
+			return fmt.Errorf("LastSnapshot of a message that does not match its hash: %v, want ErrMalformed", err)
+		}
+		return nil
+	})
 }

@@ -93,6 +93,7 @@ var subtests = []subtest{
 	{"sessionlog/retry-after-dedupe-window", testRetryAfterDedupeWindow},
 	{"sessionlog/changed-hash", testChangedHash},
 	{"sessionlog/inputs", testInputs},
+	{"sessionlog/snapshots", testSnapshots},
 	{"sessionlog/sessions-independent", testSessionsIndependent},
 	{"sessionlog/malformed-head", testMalformedHead},
 	{"sessionlog/recommit-before-position", testRecommitBeforePosition},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/lash-run/lash/blobs"
 	"github.com/lash-run/lash/sessionlog"
 	"github.com/lash-run/lash/streams"
@@ -144,9 +145,14 @@ type prepared struct {
 // Prepare implements Preparer: it decodes the message.
 func (f *Sessions) Prepare(m *streams.Msg) any {
 	var p prepared
-	// <prefix>.sess.<token>.<ev|in>
+	// <prefix>.sess.<token>.<ev|in|snap>
 	rest, ok := strings.CutPrefix(m.Subject, f.prefix+".sess.")
 	tok, kind, ok2 := strings.Cut(rest, ".")
+	if ok && ok2 && kind == "snap" {
+		// A snapshot of the log, written by nodes: nothing to fold.
+		p.kind = kind
+		return &p
+	}
 	if !ok || !ok2 || (kind != "ev" && kind != "in") {
 		p.err = fmt.Errorf("%w: subject %s is not a session subject", ErrPoison, m.Subject)
 		return &p
@@ -223,6 +229,9 @@ func (f *Sessions) ApplyPrepared(tx *Txn, m *streams.Msg, prep any) error {
 	p := prep.(*prepared)
 	if p.err != nil {
 		return p.err
+	}
+	if p.kind == "snap" {
+		return nil
 	}
 	head, err := readHead(tx, p.tok)
 	if errors.Is(err, ErrNotFound) {
@@ -649,6 +658,43 @@ func (p *Projector) Sessions() ([]SessionHead, error) {
 		return nil
 	})
 	return out, err
+}
+
+// SessionsPage returns at most limit session heads in the order of their
+// keys, starting after the session after ("" for the first), and the
+// session to pass as after for the next page ("" when there is none).
+func (p *Projector) SessionsPage(after string, limit int) ([]SessionHead, string, error) {
+	prefix := p.sessionsKey([]byte("h"), nil)
+	lower := prefix
+	if after != "" {
+		tok, err := streams.Token(after)
+		if err != nil {
+			return nil, "", err
+		}
+		// The first key past after's own.
+		lower = append(p.sessionsKey([]byte("h"), []byte(tok)), 0)
+	}
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(prefix)})
+	if err != nil {
+		return nil, "", err
+	}
+	defer it.Close()
+	var out []SessionHead
+	for it.First(); it.Valid(); it.Next() {
+		if len(out) == limit {
+			return out, out[len(out)-1].Session, nil
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return nil, "", err
+		}
+		var h SessionHead
+		if err := msgpack.Unmarshal(v, &h); err != nil {
+			return nil, "", err
+		}
+		out = append(out, h)
+	}
+	return out, "", it.Error()
 }
 
 // SuspendedSessions returns the heads of the sessions that hold suspended

@@ -60,6 +60,7 @@ type Store interface {
 	Head(ctx context.Context, subject string) (*streams.Msg, error)
 	NextOnSubject(ctx context.Context, subject string, seq uint64) (*streams.Msg, error)
 	Read(ctx context.Context, filter string, from uint64, fn func(*streams.Msg) error) error
+	PurgeBefore(ctx context.Context, subject string, seq uint64) error
 	Subjects() streams.Subjects
 }
 

@@ -125,6 +125,17 @@ func (s Subjects) SessionInputs(session string) (string, error) {
 	return s.prefix + ".sess." + t[0] + ".in", nil
 }
 
+// SessionSnapshots holds full-state snapshots of the session's log, the
+// newest last: a node that does not know the session starts from the
+// newest and reads only the log after it.
+func (s Subjects) SessionSnapshots(session string) (string, error) {
+	t, err := mustTokens(session)
+	if err != nil {
+		return "", err
+	}
+	return s.prefix + ".sess." + t[0] + ".snap", nil
+}
+
 // SessionOf returns the session id of a session subject.
 func (s Subjects) SessionOf(subject string) (string, error) {
 	rest, ok := strings.CutPrefix(subject, s.prefix+".sess.")

@@ -67,6 +67,20 @@ func (c *Client) Read(ctx context.Context, filter string, from uint64, fn func(*
 
 var errCaughtUp = errors.New("caught up")
 
+// PurgeBefore removes the messages on subject stored before sequence seq.
+func (c *Client) PurgeBefore(ctx context.Context, subject string, seq uint64) error {
+	st, err := c.streamOf(subject)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(seq)); err != nil {
+		return fmt.Errorf("streams: purge %s before %d: %w", subject, seq, err)
+	}
+	return nil
+}
+
 // Purge removes every message matching filter, for lifecycle rules such as
 // dropping a committed turn's journal.
 func (c *Client) Purge(ctx context.Context, filter string) error {

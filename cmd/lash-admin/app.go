@@ -73,6 +73,9 @@ type app struct {
 	json               bool
 	asConfigured       bool
 	key, payload, mode string
+	// limit and after page sessions ls.
+	limit int
+	after string
 	// What check prepared: an input to append, a signal to publish, a
 	// turn id.
 	input   lash.Input

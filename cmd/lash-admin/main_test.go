@@ -357,6 +357,26 @@ func TestAdmin(t *testing.T) {
 		t.Errorf("poison %+v", p)
 	}
 
+	t.Run("pages", func(t *testing.T) {
+		var all, first, second sessionsJSON
+		a.json(&all, "sessions", "ls")
+		if len(all.Sessions) < 2 || all.Next != "" {
+			t.Fatalf("sessions ls: %d sessions, next %q; want two or more on one page", len(all.Sessions), all.Next)
+		}
+		a.json(&first, "sessions", "ls", "--limit", "1")
+		if len(first.Sessions) != 1 || first.Next != first.Sessions[0].Session || first.Sessions[0] != all.Sessions[0] {
+			t.Fatalf("first page %+v; want the first session and its id as next", first)
+		}
+		a.json(&second, "sessions", "ls", "--limit", "1", "--after", first.Next)
+		if len(second.Sessions) != 1 || second.Sessions[0] != all.Sessions[1] {
+			t.Fatalf("second page %+v; want %+v", second, all.Sessions[1])
+		}
+		contains(t, a.ok("sessions", "ls", "--limit", "1"), "more: --after "+strconv.Quote(first.Next))
+		if r := a.run("sessions", "ls", "--limit", "0"); r.code != 2 && r.code != 1 || !strings.Contains(r.stderr, "--limit 0") {
+			t.Fatalf("--limit 0: code %d, %s", r.code, r.stderr)
+		}
+	})
+
 	t.Run("tables", func(t *testing.T) {
 		contains(t, a.ok("sessions", "ls"), "SESSION", "s1", "s2", "natural-end", "50+35", "waiting")
 		contains(t, a.ok("sessions", "show", "s2"), "revision", "waiting", "CALL", "call_1", "transfer", "approve the transfer?")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 
@@ -11,10 +12,22 @@ import (
 var sessionsLsCmd = &command{
 	name:    "sessions ls",
 	summary: "list sessions: revision, turns, status, tokens, pending inputs",
-	doc: `Lists every session of the deployment from lash-admin's projection cache, caught up
+	doc: `Lists the sessions of the deployment from lash-admin's projection cache, caught up
 with the streams first: head revision, turns committed, the last turn's status and
-termination, tokens used (input+output), inputs not yet consumed and calls suspended.`,
+termination, tokens used (input+output), inputs not yet consumed and calls suspended.
+Sessions come in pages of --limit, in the order of their ids' tokens; when more follow,
+the table ends with the --after to pass for the next page (JSON: "next").`,
 	max: 0,
+	flags: func(a *app, fs *flag.FlagSet) {
+		fs.IntVar(&a.limit, "limit", 1000, "at most `n` sessions")
+		fs.StringVar(&a.after, "after", "", "start after the session `id` (the next page's, as the last one said)")
+	},
+	check: func(a *app, _ []string) error {
+		if a.limit < 1 {
+			return fmt.Errorf("--limit %d: must be at least 1", a.limit)
+		}
+		return nil
+	},
 	run: runSessionsLs,
 }
 
@@ -57,6 +70,8 @@ func sessionOf(h *projector.SessionHead) sessionJSON {
 
 type sessionsJSON struct {
 	Sessions []sessionJSON `json:"sessions"`
+	// Next is the --after of the next page; empty on the last.
+	Next string `json:"next,omitempty"`
 }
 
 func runSessionsLs(a *app, _ []string) error {
@@ -64,11 +79,11 @@ func runSessionsLs(a *app, _ []string) error {
 	if err != nil {
 		return err
 	}
-	heads, err := p.Sessions()
+	heads, next, err := p.SessionsPage(a.after, a.limit)
 	if err != nil {
 		return err
 	}
-	out := sessionsJSON{Sessions: []sessionJSON{}}
+	out := sessionsJSON{Sessions: []sessionJSON{}, Next: next}
 	for i := range heads {
 		out.Sessions = append(out.Sessions, sessionOf(&heads[i]))
 	}
@@ -77,6 +92,9 @@ func runSessionsLs(a *app, _ []string) error {
 		for _, h := range heads {
 			row(w, h.Session, h.Revision, h.Turns, h.LastTurn, status(h.Status), fmtTermination(h.Termination),
 				fmtUsage(h.Usage), h.PendingInputs, h.Suspended)
+		}
+		if next != "" {
+			fmt.Fprintf(w, "more: --after %q\n", next)
 		}
 	})
 }
