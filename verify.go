@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/lash-run/lash/effectlog"
@@ -307,7 +308,7 @@ func renderRequest(e turn.Effect) string {
 		fmt.Fprintf(&b, "messages 0-%d: not shown (the request hash covers them)\n", from-1)
 	}
 	for k := from; k < len(req.Messages); k++ {
-		b.WriteString(renderMessage(k, req.Messages[k]))
+		writeMessage(&b, k, req.Messages[k])
 	}
 	return b.String()
 }
@@ -321,9 +322,19 @@ func deref(f *float64) any {
 
 func renderMessage(k int, m turn.Message) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "message %d %s", k, m.Role)
+	writeMessage(&b, k, m)
+	return b.String()
+}
+
+// writeMessage renders a message without fmt: it runs for every message a
+// model request shows, at every model call.
+func writeMessage(b *strings.Builder, k int, m turn.Message) {
+	b.WriteString("message ")
+	b.WriteString(strconv.Itoa(k))
+	b.WriteByte(' ')
+	b.WriteString(m.Role.String())
 	if m.Name != "" || m.CallID != "" {
-		fmt.Fprintf(&b, " (%s %s)", m.Name, m.CallID)
+		b.WriteString(" (" + m.Name + " " + m.CallID + ")")
 	}
 	if m.Error {
 		b.WriteString(" error")
@@ -331,11 +342,14 @@ func renderMessage(k int, m turn.Message) string {
 	if m.Pending {
 		b.WriteString(" pending")
 	}
-	fmt.Fprintf(&b, ": %s\n", clipLine(m.Text, 400))
+	b.WriteString(": ")
+	b.WriteString(clipLine(m.Text, 400))
+	b.WriteByte('\n')
 	for _, c := range m.ToolCalls {
-		fmt.Fprintf(&b, "  call %s %s %s\n", c.ID, c.Name, clipLine(c.Arguments, 400))
+		b.WriteString("  call " + c.ID + " " + c.Name + " ")
+		b.WriteString(clipLine(c.Arguments, 400))
+		b.WriteByte('\n')
 	}
-	return b.String()
 }
 
 // renderCall writes a tool call's request as lines.

@@ -27,7 +27,9 @@
 //     another body is a *CommitConflictError (ErrCommitConflict). An entry
 //     after the position written under a newer token is a *FencedError.
 //   - FenceAfter is Fence on a log the caller has read: it names the head
-//     it read instead of reading it again.
+//     it read instead of reading it again. Refence appends the holder's
+//     fence again right after its own position, for a run that goes on to
+//     the next input after a commit.
 //   - Consume is Commit for inputs consumed without a turn (a duplicate
 //     key, a refused input), idempotent by id and body the same way.
 //   - With WithBlobs, a body above the store's inline size is put in the
@@ -39,7 +41,13 @@
 //     the last revision it knows, before committing a turn it recovers.
 //   - AppendInput needs no lease: anyone may append; the client's
 //     idempotency key, scoped to the session, is the msg id. InputsAfter
-//     lists inputs after a cursor that commits carry.
+//     lists inputs after a cursor that commits carry; InputAfter reads the
+//     first one, in one get from the leader.
+//   - PutSnapshot stores a full-state snapshot the caller encoded, as of a
+//     revision, on p.sess.<session>.snap (by reference when large) and
+//     drops the older ones; LastSnapshot reads the newest. Snapshots are
+//     derived data and take no fence; one that does not match its hash is
+//     ErrMalformed.
 //   - Msg ids are scoped by session subject: JetStream dedupes them across
 //     the whole stream.
 //
