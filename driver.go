@@ -154,8 +154,19 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 	var pos sessionlog.Position
 	for try := 0; ; try++ {
 		if !kept || try > 0 {
+			before := st.rev
 			if err := s.fold(ctx, st); err != nil {
 				return nil, st.cursor, err
+			}
+			if try > 0 && st.rev == before {
+				// The fence found the log elsewhere, yet nothing follows
+				// the state's revision: the state is not of this log (its
+				// stream was made anew). Start from nothing.
+				n.opts.logger.Warn("session state passed over: the log does not follow it", "session", s.id, "revision", before)
+				*st = *newState(s.id)
+				if err := s.fold(ctx, st); err != nil {
+					return nil, st.cursor, err
+				}
 			}
 		}
 		var err error

@@ -20,7 +20,7 @@ func WithConcurrency(n int) Option { return func(o *options) { o.concurrency = n
 // dispatchAckWait is how long a delivery stays with a node that shows no
 // sign of life: a run renews it every third of it, so the inputs of a node
 // that died come back to the others within it.
-const dispatchAckWait = time.Second
+const dispatchAckWait = 750 * time.Millisecond
 
 // Serve takes session inputs from the deployment's shared dispatch
 // consumer and runs their sessions until nothing is pending, until ctx

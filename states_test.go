@@ -189,3 +189,29 @@ func TestColdLoadFromSnapshot(t *testing.T) {
 		t.Fatalf("transcript from the snapshot: %d messages, %v; the whole log holds %d", len(tr), err, len(all))
 	}
 }
+
+// A kept state the log does not follow (its stream made anew, say) is
+// passed over at the fence: the run folds the log from the start and the
+// session goes on.
+func TestKeptStateNotOfTheLog(t *testing.T) {
+	r := newRig(t)
+	a := r.node("a")
+	s := a.Session("s1")
+	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather?"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Run(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := a.states.take("s1")
+	st.rev += 1 << 30
+	a.states.put(st)
+	if _, _, err := s.Send(r.ctx, "k2", Input{Text: "Weather?"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Run(r.ctx)
+	if err != nil || len(res) != 1 {
+		t.Fatalf("run with a state ahead of the log: %+v, %v; want the turn", res, err)
+	}
+	sameAsFold(t, a, s)
+}

@@ -148,8 +148,10 @@ func Throughput(ctx context.Context, e *Env, sessions, turnsEach int, tag string
 	return float64(sessions*turnsEach) / time.Since(start).Seconds(), nil
 }
 
-// History times turns on a session that has committed h turns, against
-// the same on a session of one turn.
+// History times turns on sessions that have committed h turns, against
+// the same on the first (a session of one turn): the sessions are built
+// first, then their turns are timed in turn, so that drift in the
+// machine's speed falls on all alike.
 func History(ctx context.Context, e *Env, hs []int, n int) ([]Result, error) {
 	node, nc, err := e.node("history", loopScript(0))
 	if err != nil {
@@ -157,27 +159,39 @@ func History(ctx context.Context, e *Env, hs []int, n int) ([]Result, error) {
 	}
 	defer nc.Close()
 	defer node.Close(context.Background())
+	turn := func(s *lash.Session, i int) (time.Duration, error) {
+		if _, _, err := s.Send(ctx, fmt.Sprint(i), lash.Input{Text: "hi"}); err != nil {
+			return 0, err
+		}
+		start := time.Now()
+		if _, err := s.Run(ctx); err != nil {
+			return 0, err
+		}
+		return time.Since(start), nil
+	}
+	sessions := make([]*lash.Session, len(hs))
+	for k, h := range hs {
+		sessions[k] = node.Session(fmt.Sprintf("history-%d", h))
+		for i := range h {
+			if _, err := turn(sessions[k], i); err != nil {
+				return nil, err
+			}
+		}
+	}
+	took := make([][]time.Duration, len(hs))
+	for i := range n {
+		for k, h := range hs {
+			d, err := turn(sessions[k], h+i)
+			if err != nil {
+				return nil, err
+			}
+			took[k] = append(took[k], d)
+		}
+	}
 	var out []Result
-	var base time.Duration
-	for _, h := range hs {
-		s := node.Session(fmt.Sprintf("history-%d", h))
-		var took []time.Duration
-		for i := range h + n {
-			if _, _, err := s.Send(ctx, fmt.Sprint(i), lash.Input{Text: "hi"}); err != nil {
-				return nil, err
-			}
-			start := time.Now()
-			if _, err := s.Run(ctx); err != nil {
-				return nil, err
-			}
-			if i >= h {
-				took = append(took, time.Since(start))
-			}
-		}
-		got := median(took)
-		if base == 0 {
-			base = got
-		}
+	base := median(took[0])
+	for k, h := range hs {
+		got := median(took[k])
 		out = append(out, Result{Name: fmt.Sprintf("turn at history %d (%s)", h, e.Mode()), Value: ms(got), Unit: "ms",
 			Floor: ms(base), Ratio: float64(got) / float64(base), Note: fmt.Sprintf("floor: a turn at history %d", hs[0])})
 	}
