@@ -31,7 +31,7 @@ var bin struct {
 
 // binary builds the repository's commands once per test run and returns
 // the path of name.
-func binary(t *testing.T, name string) string {
+func binary(t testing.TB, name string) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs the commands as processes")
@@ -63,7 +63,7 @@ func TestMain(m *testing.M) {
 
 // proc is a running command whose output lines are kept.
 type proc struct {
-	t    *testing.T
+	t    testing.TB
 	name string
 	cmd  *exec.Cmd
 	mu   sync.Mutex
@@ -73,13 +73,13 @@ type proc struct {
 }
 
 // start runs a built command with args; the test's cleanup kills it.
-func start(t *testing.T, name, command string, args ...string) *proc {
+func start(t testing.TB, name, command string, args ...string) *proc {
 	t.Helper()
 	return startEnv(t, name, nil, command, args...)
 }
 
 // startEnv is start with more environment variables.
-func startEnv(t *testing.T, name string, env []string, command string, args ...string) *proc {
+func startEnv(t testing.TB, name string, env []string, command string, args ...string) *proc {
 	t.Helper()
 	p := &proc{t: t, name: name, cmd: exec.Command(binary(t, command), args...), done: make(chan struct{})}
 	p.cmd.Env = append(append(os.Environ(), "NATS_URL="), env...) // only what the test says
@@ -165,7 +165,7 @@ func (p *proc) signal(sig syscall.Signal, d time.Duration) int {
 }
 
 // run runs a command to its end and returns stdout, stderr and exit code.
-func run(t *testing.T, command string, args ...string) (string, string, int) {
+func run(t testing.TB, command string, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := exec.Command(binary(t, command), args...)
 	cmd.Env = append(os.Environ(), "NATS_URL=")
@@ -185,21 +185,21 @@ func run(t *testing.T, command string, args ...string) (string, string, int) {
 
 // deployment is one NATS server with a lash deployment on it.
 type deployment struct {
-	t        *testing.T
+	t        testing.TB
 	url      string
 	nc       *nats.Conn
 	dir      string
 	replicas int
 }
 
-func newDeployment(t *testing.T, opts ...testenv.Option) *deployment {
+func newDeployment(t testing.TB, opts ...testenv.Option) *deployment {
 	srv := testenv.RunJetStream(t, opts...)
 	return &deployment{t: t, url: srv.URL(), nc: srv.Conn(t), dir: t.TempDir()}
 }
 
 // newClusterDeployment runs the deployment on a 3-server cluster; nodes
 // and lash-admin use R3 streams.
-func newClusterDeployment(t *testing.T, opts ...testenv.Option) *deployment {
+func newClusterDeployment(t testing.TB, opts ...testenv.Option) *deployment {
 	binary(t, "lash-node") // skips under -short before the cluster starts
 	testenv.SkipClusterUnderRace(t)
 	c := testenv.RunCluster(t, 3, opts...)
