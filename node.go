@@ -44,6 +44,7 @@ type options struct {
 	heartbeat   time.Duration
 	concurrency int
 	stateCache  *int
+	stateBytes  int64
 	observer    func(Event)
 	projection  string
 	// turnAttempts and settingsLabel: WithTurnAttempts, WithSettingsLabel.
@@ -155,9 +156,9 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 		o.heartbeat = o.leaseTTL / 3
 	}
 	n := &Node{opts: o, nc: o.conn, running: map[string]chan struct{}{}, waiting: map[string]bool{},
-		snapshots: make(chan struct{}, maxSnapshotWrites), states: newStates(DefaultStateCache)}
+		snapshots: make(chan struct{}, maxSnapshotWrites), states: newStates(DefaultStateCache, DefaultStateBytes)}
 	if o.stateCache != nil {
-		n.states = newStates(*o.stateCache)
+		n.states = newStates(*o.stateCache, o.stateBytes)
 	}
 	n.halt, n.end = context.WithCancel(context.Background())
 	if n.nc == nil {

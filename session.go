@@ -157,6 +157,8 @@ type state struct {
 	turns     int // committed
 	// since counts the entries folded since the last snapshot.
 	since int
+	// size is about what history takes in memory.
+	size  int64
 	usage turn.Usage
 	// keys are the idempotency keys of every input consumed, forever.
 	keys map[string]keyUse
@@ -276,6 +278,7 @@ func (st *state) committed(turnID string, seq, token uint64, b *sessionlog.TurnB
 	}
 	st.turns++
 	st.history = append(st.history, b.Outcome.Messages...)
+	st.size += messageBytes(b.Outcome.Messages)
 	st.digest = st.digest.Extend(b.Outcome.Messages...)
 	st.suspended = b.Outcome.Suspended
 	st.cursor = max(st.cursor, b.InputCursor)

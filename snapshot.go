@@ -64,6 +64,7 @@ func decodeState(id string, data []byte) (*state, error) {
 	st := newState(id)
 	st.rev, st.newest, st.history, st.digest, st.suspended = ss.Rev, ss.Newest, ss.History, ss.Digest, ss.Suspended
 	st.cursor, st.turns, st.usage, st.attempts = ss.Cursor, ss.Turns, ss.Usage, ss.Attempts
+	st.size = messageBytes(st.history)
 	for _, k := range ss.Keys {
 		st.keys[k.Key] = keyUse{seq: k.Seq, hash: k.Hash}
 	}

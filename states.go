@@ -3,30 +3,45 @@ package lash
 import (
 	"container/list"
 	"sync"
+
+	"github.com/lash-run/lash/turn"
 )
 
-// DefaultStateCache is how many sessions' folded states a node keeps.
-const DefaultStateCache = 4096
+// DefaultStateCache is how many sessions' folded states a node keeps, and
+// DefaultStateBytes about how many bytes of conversation they may hold in
+// all.
+const (
+	DefaultStateCache = 4096
+	DefaultStateBytes = 256 << 20
+)
 
 // WithStateCache sets how many sessions' folded states a node keeps in
-// memory (DefaultStateCache; 0 keeps none). A session whose state is kept
-// loads by reading only what its log gained since: one read of the log's
-// head when nothing did.
-func WithStateCache(n int) Option { return func(o *options) { o.stateCache = &n } }
-
-// states keeps the folded state of the sessions this node ran last, the
-// most recent first. A run takes its session's state out and puts it back
-// when it ends, so no two runs share one; each state is exactly the fold of
-// its log through st.rev, whoever wrote the entries after it.
-type states struct {
-	mu  sync.Mutex
-	max int
-	lru *list.List // of *state, most recent at the front
-	by  map[string]*list.Element
+// memory (DefaultStateCache; 0 keeps none) and about how many bytes of
+// conversation they may hold in all (DefaultStateBytes). A kept session
+// runs without reading its log unless another node wrote to it since.
+func WithStateCache(sessions int, bytes int64) Option {
+	return func(o *options) { o.stateCache, o.stateBytes = &sessions, bytes }
 }
 
-func newStates(max int) *states {
-	return &states{max: max, lru: list.New(), by: map[string]*list.Element{}}
+// states keeps the folded state of the sessions this node ran last, the
+// most recent first, within a count and a size. A run takes its session's
+// state out and puts it back when it ends, so no two runs share one; each
+// state is exactly the fold of its log through st.rev, whoever wrote the
+// entries after it.
+type states struct {
+	mu       sync.Mutex
+	max      int
+	maxBytes int64
+	bytes    int64
+	lru      *list.List // of *state, most recent at the front
+	by       map[string]*list.Element
+}
+
+func newStates(max int, maxBytes int64) *states {
+	if maxBytes <= 0 {
+		maxBytes = DefaultStateBytes
+	}
+	return &states{max: max, maxBytes: maxBytes, lru: list.New(), by: map[string]*list.Element{}}
 }
 
 // take removes and returns the kept state of session id, or nil.
@@ -38,23 +53,28 @@ func (c *states) take(id string) *state {
 		return nil
 	}
 	delete(c.by, id)
-	return c.lru.Remove(e).(*state)
+	st := c.lru.Remove(e).(*state)
+	c.bytes -= st.size
+	return st
 }
 
-// put keeps st, dropping the least recently used state past the bound.
+// put keeps st, dropping the least recently used states past the bounds;
+// a state larger than the whole size bound is not kept.
 func (c *states) put(st *state) {
-	if st == nil || c.max <= 0 {
+	if st == nil || c.max <= 0 || st.size > c.maxBytes {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e, ok := c.by[st.id]; ok {
-		c.lru.Remove(e)
+		c.bytes -= c.lru.Remove(e).(*state).size
 	}
 	c.by[st.id] = c.lru.PushFront(st)
-	for c.lru.Len() > c.max {
+	c.bytes += st.size
+	for c.lru.Len() > c.max || c.bytes > c.maxBytes {
 		old := c.lru.Remove(c.lru.Back()).(*state)
 		delete(c.by, old.id)
+		c.bytes -= old.size
 	}
 }
 
@@ -63,4 +83,17 @@ func (c *states) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.lru.Len()
+}
+
+// messageBytes is about what messages take in memory.
+func messageBytes(ms []turn.Message) int64 {
+	var n int64
+	for i := range ms {
+		m := &ms[i]
+		n += 96 + int64(len(m.Text)+len(m.CallID)+len(m.Name))
+		for _, c := range m.ToolCalls {
+			n += 48 + int64(len(c.ID)+len(c.Name)+len(c.Arguments))
+		}
+	}
+	return n
 }

@@ -215,3 +215,29 @@ func TestKeptStateNotOfTheLog(t *testing.T) {
 	}
 	sameAsFold(t, a, s)
 }
+
+// The kept states stay within their count and their size: the least
+// recently run go first, and a state larger than the whole bound is not
+// kept at all.
+func TestStatesBounded(t *testing.T) {
+	c := newStates(3, 1000)
+	put := func(id string, size int64) { c.put(&state{id: id, size: size}) }
+	put("a", 100)
+	put("b", 100)
+	put("c", 100)
+	put("d", 100) // past the count: a goes
+	if c.take("a") != nil || c.len() != 3 {
+		t.Fatalf("after four puts of three: a kept, or %d kept", c.len())
+	}
+	put("e", 900) // past the size: b and c go (d and e make 1000)
+	if c.take("b") != nil || c.take("c") != nil || c.len() != 2 {
+		t.Fatalf("past the size bound: %d kept, want d and e", c.len())
+	}
+	put("f", 1001)
+	if c.take("f") != nil {
+		t.Fatal("a state larger than the whole bound was kept")
+	}
+	if st := c.take("e"); st == nil || c.bytes != 100 || c.take("d") == nil {
+		t.Fatalf("take(e) = %v, %d bytes left; want e and 100", st, c.bytes)
+	}
+}
