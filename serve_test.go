@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lash-run/lash/leases"
 	"github.com/lash-run/lash/provider/scripted"
 	"github.com/lash-run/lash/sessionlog"
 	"github.com/lash-run/lash/testenv"
@@ -112,5 +113,28 @@ func TestServeAcrossNodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A busy input comes back soon at first, then less often, and never later
+// than the holder's lease can live without a renewal.
+func TestBusyDelay(t *testing.T) {
+	const ttl = 15 * time.Second
+	if d := busyDelay(ErrBusy, 1, ttl); d != 20*time.Millisecond {
+		t.Fatalf("first delay %v, want 20ms", d)
+	}
+	if d := busyDelay(ErrBusy, 4, ttl); d != 160*time.Millisecond {
+		t.Fatalf("fourth delay %v, want 160ms", d)
+	}
+	if d := busyDelay(ErrBusy, 40, ttl); d != ttl/2 {
+		t.Fatalf("delay after many deliveries without a holder's renewal time %v, want %v", d, ttl/2)
+	}
+	busy := fmt.Errorf("%w: %w", ErrBusy, &leases.BusyError{Key: "sess.s", Renewed: time.Now().Add(-14 * time.Second)})
+	if d := busyDelay(busy, 40, ttl); d > 1100*time.Millisecond || d < 900*time.Millisecond {
+		t.Fatalf("delay with a lease renewed 14s ago (TTL 15s) %v, want about 1s", d)
+	}
+	stale := fmt.Errorf("%w: %w", ErrBusy, &leases.BusyError{Key: "sess.s", Renewed: time.Now().Add(-time.Hour)})
+	if d := busyDelay(stale, 40, ttl); d != 50*time.Millisecond {
+		t.Fatalf("delay with a lease long overdue %v, want 50ms", d)
 	}
 }

@@ -112,7 +112,8 @@ func (s *Session) snapshot(st *state) {
 	n.snapWrites.Add(1)
 	go func() {
 		defer func() { <-n.snapshots; n.snapWrites.Done() }()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		// Derived data: a node that stops gives it up.
+		ctx, cancel := context.WithTimeout(n.halt, 30*time.Second)
 		defer cancel()
 		if err := n.log.PutSnapshot(ctx, s.id, snap); err != nil {
 			n.opts.logger.Warn("session snapshot not stored; the next one is", "session", s.id, "revision", snap.Rev, "err", err)
