@@ -143,11 +143,11 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 	// was. The state goes back when the run ends, a fold of the log through
 	// st.rev whatever happened.
 	st := n.states.take(s.id)
-	if st == nil {
+	kept := st != nil
+	if !kept {
 		st = s.fromSnapshot(ctx)
 	}
 	defer n.states.put(st)
-	kept := st.rev > 0
 	var next *sessionlog.Input
 	var f *failure
 	var recorded []*effectlog.Record
@@ -175,7 +175,7 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 			return nil, st.cursor, err
 		}
 		f, recorded = nil, nil
-		if !st.fresh() {
+		if !st.fresh(n.settings.fingerprint[:]) {
 			// Only a turn some run began can have a journal.
 			if f, recorded, err = s.checkSettings(ctx, next); err != nil {
 				return nil, st.cursor, err
@@ -194,10 +194,18 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 		// Written since st.rev (by an older holder, or another node since
 		// this one kept the state): read it and decide again.
 	}
-	attempt, fresh := st.attempts+1, st.fresh()
-	if pos.Seq() != st.rev {
-		st.fenced(pos.Seq(), pos.Token())
+	attempt, fresh := st.attempts+1, st.fresh(n.settings.fingerprint[:])
+	if pos.Seq() == st.rev {
+		// The log ends with this token's own write: the lease came back
+		// with the token of a run of this node whose release did not land.
+		// This run still marks that it began the turn, or a crash in it
+		// would leave the turn looking fresh.
+		var err error
+		if pos, err = n.log.Refence(ctx, pos, n.runName); err != nil {
+			return nil, st.cursor, err
+		}
 	}
+	st.fenced(pos.Seq(), pos.Token())
 	if err := s.boundary("fence"); err != nil {
 		return nil, st.cursor, err
 	}
@@ -295,7 +303,7 @@ func (s *Session) consume(ctx context.Context, pos sessionlog.Position, st *stat
 	if pos, err = n.log.Consume(ctx, pos, turnID(use.Seq), data); err != nil {
 		return pos, err
 	}
-	st.consumed(pos.Seq(), pos.Token(), body)
+	st.consumed(pos.Seq(), pos.Token(), n.settings.fingerprint[:], body)
 	if use.Refused != "" {
 		n.opts.logger.Warn("input refused: consumed without a turn", "session", s.id, "seq", use.Seq, "reason", use.Refused)
 		n.observe(Event{Kind: EventInputRefused, Session: s.id, Err: errors.New(use.Refused)})
@@ -375,7 +383,7 @@ func (s *Session) runTurn(ctx context.Context, pos sessionlog.Position, st *stat
 	if err := s.boundary("after-commit"); err != nil {
 		return nil, err
 	}
-	st.committed(id, pos.Seq(), pos.Token(), body)
+	st.committed(id, pos.Seq(), pos.Token(), n.settings.fingerprint[:], body)
 	s.snapshot(st)
 	s.wakeAfterCommit(ctx, id, body.Outcome.Suspended)
 	return &TurnResult{Turn: id, Seq: pos.Seq(), Cursor: body.InputCursor, Outcome: body.Outcome,

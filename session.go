@@ -1,6 +1,7 @@
 package lash
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -155,6 +156,9 @@ type state struct {
 	suspended []turn.SuspendedCall
 	cursor    uint64
 	turns     int // committed
+	// lastSettings is the settings fingerprint of the last commit or
+	// consume.
+	lastSettings []byte
 	// since counts the entries folded since the last snapshot.
 	since int
 	// size is about what history takes in memory.
@@ -168,10 +172,13 @@ type state struct {
 }
 
 // fresh reports whether the next turn's journal is known to be empty: no
-// run fenced since the last commit or consume. Only a run that fenced
-// after them records effects for the next turn (a run that goes on after
-// its own commit fences again, sessionlog.Refence).
-func (st *state) fresh() bool { return st.attempts == 0 }
+// run fenced since the last commit or consume, and that entry was written
+// under the turn settings given (by a node of this version, which fences
+// again when it goes on after its own commit, sessionlog.Refence). Only a
+// run that fenced after them records effects for the next turn.
+func (st *state) fresh(settings []byte) bool {
+	return st.attempts == 0 && bytes.Equal(st.lastSettings, settings)
+}
 
 // keyUse is the first input that used a key.
 type keyUse struct {
@@ -205,7 +212,7 @@ func (s *Session) fold(ctx context.Context, st *state) error {
 			if err != nil {
 				return err
 			}
-			st.committed(e.Turn, seq, e.Token, b)
+			st.committed(e.Turn, seq, e.Token, e.Settings, b)
 		case sessionlog.KindConsume:
 			data, err := s.n.log.Body(ctx, e)
 			if err != nil {
@@ -216,7 +223,7 @@ func (s *Session) fold(ctx context.Context, st *state) error {
 				s.n.opts.logger.Error("session log entry passed over: unreadable", "session", s.id, "revision", seq, "err", err)
 				b = nil
 			}
-			st.consumed(seq, e.Token, b)
+			st.consumed(seq, e.Token, e.Settings, b)
 		default:
 			st.rev, st.newest = seq, max(st.newest, e.Token)
 			st.since++
@@ -269,8 +276,8 @@ func (st *state) fenced(seq, token uint64) {
 
 // committed applies a turn's commit at revision seq; b is nil for a commit
 // that is passed over.
-func (st *state) committed(turnID string, seq, token uint64, b *sessionlog.TurnBody) {
-	st.rev, st.newest = seq, max(st.newest, token)
+func (st *state) committed(turnID string, seq, token uint64, settings []byte, b *sessionlog.TurnBody) {
+	st.rev, st.newest, st.lastSettings = seq, max(st.newest, token), settings
 	st.since++
 	st.attempts = 0
 	if b == nil {
@@ -288,8 +295,8 @@ func (st *state) committed(turnID string, seq, token uint64, b *sessionlog.TurnB
 
 // consumed applies a consume entry at revision seq; b is nil for one that
 // cannot be read.
-func (st *state) consumed(seq, token uint64, b *sessionlog.ConsumeBody) {
-	st.rev, st.newest = seq, max(st.newest, token)
+func (st *state) consumed(seq, token uint64, settings []byte, b *sessionlog.ConsumeBody) {
+	st.rev, st.newest, st.lastSettings = seq, max(st.newest, token), settings
 	st.since++
 	st.attempts = 0
 	if b == nil {

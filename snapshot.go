@@ -35,6 +35,7 @@ type stateSnapshot struct {
 	Usage     turn.Usage           `msgpack:"use"`
 	Keys      []keySnapshot        `msgpack:"keys"`
 	Attempts  int                  `msgpack:"att"`
+	Settings  []byte               `msgpack:"set,omitempty"`
 }
 
 type keySnapshot struct {
@@ -45,7 +46,7 @@ type keySnapshot struct {
 
 func encodeState(st *state) ([]byte, error) {
 	ss := stateSnapshot{Rev: st.rev, Newest: st.newest, History: st.history, Digest: st.digest, Suspended: st.suspended,
-		Cursor: st.cursor, Turns: st.turns, Usage: st.usage, Attempts: st.attempts}
+		Cursor: st.cursor, Turns: st.turns, Usage: st.usage, Attempts: st.attempts, Settings: st.lastSettings}
 	for k, u := range st.keys {
 		ss.Keys = append(ss.Keys, keySnapshot{Key: k, Seq: u.seq, Hash: u.hash})
 	}
@@ -65,6 +66,7 @@ func decodeState(id string, data []byte) (*state, error) {
 	st.rev, st.newest, st.history, st.digest, st.suspended = ss.Rev, ss.Newest, ss.History, ss.Digest, ss.Suspended
 	st.cursor, st.turns, st.usage, st.attempts = ss.Cursor, ss.Turns, ss.Usage, ss.Attempts
 	st.size = messageBytes(st.history)
+	st.lastSettings = ss.Settings
 	for _, k := range ss.Keys {
 		st.keys[k.Key] = keyUse{seq: k.Seq, hash: k.Hash}
 	}

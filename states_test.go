@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/lash-run/lash/leases"
 )
 
 // kept returns the state node n keeps for session id, and puts it back.
@@ -239,5 +241,57 @@ func TestStatesBounded(t *testing.T) {
 	}
 	if st := c.take("e"); st == nil || c.bytes != 100 || c.take("d") == nil {
 		t.Fatalf("take(e) = %v, %d bytes left; want e and 100", st, c.bytes)
+	}
+}
+
+// A run whose lease comes back with the token of this node's last run (its
+// release did not land) finds the log ending with that token's own write.
+// It still fences, so a crash in its turn leaves the turn begun: the next
+// run replays the model call it recorded instead of calling the model again.
+func TestReusedTokenStillFences(t *testing.T) {
+	r := newRig(t)
+	conn := r.conn()
+	var a *Node
+	stage := 0
+	a = r.nodeOn(conn, "a", withBoundary(func(name string) error {
+		switch {
+		case stage < 2 && name == "after-commit":
+			// Renew the lease behind the run's back, as a renewal landing
+			// while it stops would: its release then misses, and the next
+			// run gets the same token.
+			key, _ := leases.Key("sess", "s1")
+			if _, err := leases.New(a.Streams(), a.Owner()).Claim(r.ctx, key, time.Second); err != nil {
+				t.Error(err)
+			}
+		case stage == 2 && name == "after-record llm-call":
+			conn.Close()
+			return errCrash
+		}
+		return nil
+	}))
+	s := a.Session("s1")
+	for stage = range 2 {
+		if _, _, err := s.Send(r.ctx, fmt.Sprint("k", stage), Input{Text: "Weather?"}); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := s.Run(r.ctx); err != nil || len(res) != 1 {
+			t.Fatalf("run %d: %+v, %v; want its turn committed", stage, res, err)
+		}
+	}
+	stage = 2
+	if _, _, err := s.Send(r.ctx, "k2", Input{Text: "And tomorrow?"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Run(r.ctx); !errors.Is(err, errCrash) {
+		t.Fatalf("third run: %v, want the crash", err)
+	}
+	calls := r.models.Requests()
+	b := r.node("b")
+	res := runUntilFree(t, b.Session("s1"))
+	if len(res) != 1 || res[0].Replayed == 0 {
+		t.Fatalf("b committed %+v; want the third turn with a's model call replayed", res)
+	}
+	if got := r.models.Requests() - calls; got != 0 {
+		t.Fatalf("b made %d model requests for a turn whose model call a recorded", got)
 	}
 }

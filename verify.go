@@ -90,7 +90,7 @@ func (i *Inspector) verify(ctx context.Context, cfg *turn.Config, hooks turn.Hoo
 		if le.entry.Kind == sessionlog.KindConsume {
 			if data, err := i.log.Body(ctx, le.entry); err == nil {
 				if b, err := sessionlog.DecodeConsumeBody(data); err == nil {
-					st.consumed(le.seq, le.entry.Token, b)
+					st.consumed(le.seq, le.entry.Token, le.entry.Settings, b)
 				}
 			}
 			continue
@@ -123,7 +123,7 @@ func (i *Inspector) verify(ctx context.Context, cfg *turn.Config, hooks turn.Hoo
 			}
 			rep.Turns = append(rep.Turns, v)
 		}
-		st.committed(le.entry.Turn, le.seq, le.entry.Token, body)
+		st.committed(le.entry.Turn, le.seq, le.entry.Token, le.entry.Settings, body)
 	}
 	if turnID != "" && !found {
 		return nil, fmt.Errorf("%w: session %s has no committed turn %q", ErrBadInput, session, turnID)

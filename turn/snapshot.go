@@ -85,6 +85,9 @@ func Restore(cfg Config, b []byte) (*Machine, error) {
 	if err := m.st.check(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSnapshot, err)
 	}
+	if (Digest{}).Extend(m.st.Messages[:m.st.HistoryLen]...) != m.st.HistoryDigest {
+		return nil, fmt.Errorf("%w: the history digest does not match the history", ErrSnapshot)
+	}
 	// Only the canonical encoding is accepted: this also refuses numbers
 	// that the decoder silently narrowed into one-byte fields.
 	if again, err := msgpack.Marshal(&m.st); err != nil || !bytes.Equal(again, body) {
@@ -121,6 +124,12 @@ func (st *state) check() error {
 	for i, msg := range st.Messages {
 		if !msg.Role.valid() {
 			return fmt.Errorf("message %d has unknown role %d", i, msg.Role)
+		}
+	}
+	if r := st.Request; r != nil {
+		// A request holds the system prompt, if any, and the messages.
+		if pre := len(r.Messages) - len(st.Messages); pre < 0 || pre > 1 {
+			return fmt.Errorf("a request of %d messages for %d", len(r.Messages), len(st.Messages))
 		}
 	}
 	for _, q := range st.Queue {

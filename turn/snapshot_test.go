@@ -507,3 +507,44 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 		t.Errorf("Restore with an invalid config: got %v, want ErrInvalidStart", err)
 	}
 }
+
+// A snapshot whose request holds fewer messages than the conversation, or
+// whose history digest does not match its history, is refused, never
+// hashed into a panic or a hash that covers other messages.
+func TestRestoreRefusesInconsistentRequest(t *testing.T) {
+	m, err := New(Config{Model: "m", System: "be brief"}, Start{Session: "s", Turn: "t",
+		History: []Message{{Role: RoleUser, Text: "one"}, {Role: RoleAssistant, Text: "two"}},
+		Input:   Input{Messages: []Message{{Role: RoleUser, Text: "three"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		e := m.Next()
+		if s, ok := e.(*SyncTools); ok {
+			if err := m.Deliver(ToolsSynced{ID: s.H.ID}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, ok := e.(*LLMCall); ok {
+			break
+		}
+	}
+	for name, spoil := range map[string]func(st *state){
+		"short request":  func(st *state) { st.Request.Messages = st.Request.Messages[:0] },
+		"foreign digest": func(st *state) { st.HistoryDigest = Digest{}.Extend(Message{Role: RoleUser, Text: "other"}) },
+	} {
+		c := *m
+		st := c.st
+		req := *st.Request
+		st.Request = &req
+		spoil(&st)
+		c.st = st
+		b, err := c.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Restore(Config{Model: "m", System: "be brief"}, b); !errors.Is(err, ErrSnapshot) {
+			t.Errorf("%s: Restore = %v, want ErrSnapshot", name, err)
+		}
+	}
+}

@@ -11,13 +11,13 @@ import (
 )
 
 // The round trips of the smallest turn (a sync of tools, a model call, a
-// checkpoint), run by a serving node on a session it ran before: the
-// input's publish and delivery, the lease claim, the next input read, the
-// fence, three records, the checkpoint's read of the inputs, the read of
-// the next input before the commit, the commit. ADR 0017 lists them.
+// checkpoint) until its commit, run by a serving node on a session it ran
+// before: the input's publish and delivery, the lease claim, the next
+// input read, the fence, three records, the checkpoint's read of the
+// inputs, the commit. ADR 0017 lists them, with those after the commit.
 const (
 	turnWrites = 6 // claim, fence, three records, commit (the input is in Hop)
-	turnReads  = 3 // next input, checkpoint, next input before the commit
+	turnReads  = 2 // next input, checkpoint
 )
 
 // Latency times n inputs from Send until their turn's commit on a node
