@@ -110,7 +110,7 @@ func TestFencedOutNodeCannotCommit(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := second.Streams().KVDelete(context.Background(), key, e.Revision); err != nil {
+		if _, err := second.Streams().KVDelete(context.Background(), key, e.Revision); err != nil {
 			return err
 		}
 		res, err := second.Session("s1").Run(context.Background())

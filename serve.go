@@ -134,30 +134,36 @@ func (n *Node) dispatch(ctx context.Context, dl *streams.Delivery) {
 // input that lands while a run releases the session starts at once, not
 // after a retry delay. Others are busy.
 func (n *Node) runServed(ctx context.Context, sid string) (uint64, error) {
-	_, cursor, err := n.Session(sid).run(ctx)
-	if !errors.Is(err, ErrBusy) {
-		return cursor, err
-	}
-	n.mu.Lock()
-	ended, here := n.running[sid]
-	if !here || n.waiting[sid] {
+	for try := 0; ; try++ {
+		_, cursor, err := n.Session(sid).run(ctx)
+		var held *leases.BusyError
+		if !errors.Is(err, ErrBusy) || errors.As(err, &held) || try == 2 {
+			return cursor, err // done, or held by another node
+		}
+		n.mu.Lock()
+		ended, here := n.running[sid]
+		switch {
+		case !here:
+			// The run ended since: run again at once.
+			n.mu.Unlock()
+			continue
+		case n.waiting[sid]:
+			n.mu.Unlock()
+			return cursor, err
+		}
+		n.waiting[sid] = true
 		n.mu.Unlock()
-		return cursor, err
-	}
-	n.waiting[sid] = true
-	n.mu.Unlock()
-	defer func() {
+		select {
+		case <-ended:
+		case <-ctx.Done():
+		}
 		n.mu.Lock()
 		delete(n.waiting, sid)
 		n.mu.Unlock()
-	}()
-	select {
-	case <-ended:
-	case <-ctx.Done():
-		return cursor, ctx.Err()
+		if ctx.Err() != nil {
+			return cursor, ctx.Err()
+		}
 	}
-	_, cursor, err = n.Session(sid).run(ctx)
-	return cursor, err
 }
 
 // busyDelay is when an input of a session running elsewhere comes back.

@@ -608,3 +608,37 @@ func testLeaseNothingLeft(t *testing.T, env Env) {
 		t.Errorf("token of a key claimed after its marker expired = %d; want above %d", again.Token, live.Token)
 	}
 }
+
+// testLeaseReclaimAfterRelease: a manager claims a key it released again
+// with a larger token; if another claimed it in between, that holder is
+// busy to it, and once released by that one, it claims it again.
+func testLeaseReclaimAfterRelease(t *testing.T, env Env) {
+	ctx := testCtx(t)
+	d := open(t, env, streams.Config{})
+	a := node(t, ctx, d.client, "a")
+	b := node(t, ctx, d.reopen(t), "b")
+	key := leaseKey(t, "again")
+	la := claim(t, ctx, a, key, longTTL)
+	if err := a.Release(ctx, la); err != nil {
+		t.Fatal(err)
+	}
+	again := claim(t, ctx, a, key, longTTL)
+	if again.Token <= la.Token {
+		t.Fatalf("token after claiming a released key again = %d; want above %d", again.Token, la.Token)
+	}
+	if err := a.Release(ctx, again); err != nil {
+		t.Fatal(err)
+	}
+	lb := claim(t, ctx, b, key, longTTL)
+	if _, err := a.Claim(ctx, key, longTTL); !errors.Is(err, leases.ErrBusy) {
+		t.Fatalf("claim over a marker another holder claimed past: %v, want ErrBusy", err)
+	}
+	if err := b.Release(ctx, lb); err != nil {
+		t.Fatal(err)
+	}
+	last := claim(t, ctx, a, key, longTTL)
+	if last.Token <= lb.Token {
+		t.Fatalf("token after another's release = %d; want above %d", last.Token, lb.Token)
+	}
+	wantHolder(t, ctx, b, last)
+}

@@ -85,6 +85,7 @@ var subtests = []subtest{
 	{"lease/fast-reclaim", testLeaseFastReclaim},
 	{"lease/list", testLeaseList},
 	{"lease/nothing-left", testLeaseNothingLeft},
+	{"lease/reclaim-after-release", testLeaseReclaimAfterRelease},
 	{"lease/read-your-writes", testLeaseReadYourWrites},
 	{"lease/unreadable-liveness", testUnreadableLiveness},
 	{"sessionlog/racing-commits", testRacingCommits},

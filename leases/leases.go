@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/lash-run/lash/streams"
@@ -41,7 +42,7 @@ func (e *BusyError) Unwrap() error { return ErrBusy }
 type Store interface {
 	KVCreate(ctx context.Context, key string, value []byte, ttl time.Duration) (uint64, error)
 	KVSwap(ctx context.Context, key string, value []byte, rev uint64, ttl time.Duration) (uint64, error)
-	KVDelete(ctx context.Context, key string, rev uint64) error
+	KVDelete(ctx context.Context, key string, rev uint64) (uint64, error)
 	KVGet(ctx context.Context, key string) (*streams.KVEntry, error)
 	KVList(ctx context.Context, prefix string) ([]streams.KVEntry, error)
 }
@@ -82,7 +83,16 @@ type Manager struct {
 	owner  Owner
 	margin func(ttl time.Duration) time.Duration
 	now    func() time.Time
+
+	mu sync.Mutex
+	// released holds the revisions of the delete markers this manager
+	// left: claiming such a key again is one compare-and-set over its own
+	// marker, while nobody wrote after it.
+	released map[string]uint64
 }
+
+// maxReleased bounds the markers a manager remembers.
+const maxReleased = 4096
 
 // Option configures a Manager.
 type Option func(*Manager)
@@ -95,7 +105,7 @@ func WithMargin(f func(ttl time.Duration) time.Duration) Option {
 
 // New returns a manager that claims as owner.
 func New(s Store, owner Owner, opts ...Option) *Manager {
-	m := &Manager{s: s, owner: owner, now: time.Now, margin: func(ttl time.Duration) time.Duration {
+	m := &Manager{s: s, owner: owner, now: time.Now, released: map[string]uint64{}, margin: func(ttl time.Duration) time.Duration {
 		return max(ttl/5, 100*time.Millisecond)
 	}}
 	for _, o := range opts {
@@ -134,6 +144,18 @@ func (m *Manager) Claim(ctx context.Context, key string, ttl time.Duration) (*Le
 	mine, err := msgpack.Marshal(&value{Owner: m.owner})
 	if err != nil {
 		return nil, err
+	}
+	if marker, ok := m.takeReleased(key); ok {
+		// Released by this manager: if nobody wrote since, the key is
+		// free, and one write over the marker takes it.
+		start := m.now()
+		rev, err := m.s.KVSwap(ctx, key, mine, marker, ttl)
+		if err == nil {
+			return m.lease(key, rev, rev, ttl, start), nil
+		}
+		if !errors.Is(err, streams.ErrConflict) {
+			return nil, err
+		}
 	}
 	for range 5 {
 		start := m.now()
@@ -208,11 +230,30 @@ func (m *Manager) Renew(ctx context.Context, l *Lease) error {
 // Release gives l up. It removes the key only if l is still its standing
 // value, so a successor's lease is never cleared; otherwise ErrLost.
 func (m *Manager) Release(ctx context.Context, l *Lease) error {
-	err := m.s.KVDelete(ctx, l.Key, l.Revision)
+	marker, err := m.s.KVDelete(ctx, l.Key, l.Revision)
 	if errors.Is(err, streams.ErrConflict) {
 		return fmt.Errorf("%w: %s (token %d) was replaced or expired", ErrLost, l.Key, l.Token)
 	}
+	if err == nil {
+		m.mu.Lock()
+		if len(m.released) >= maxReleased {
+			for k := range m.released {
+				delete(m.released, k)
+				break
+			}
+		}
+		m.released[l.Key] = marker
+		m.mu.Unlock()
+	}
 	return err
+}
+
+func (m *Manager) takeReleased(key string) (uint64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rev, ok := m.released[key]
+	delete(m.released, key)
+	return rev, ok
 }
 
 // Holder is a lease as any observer reads it.

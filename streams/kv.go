@@ -48,20 +48,21 @@ func (c *Client) KVSwap(ctx context.Context, key string, value []byte, rev uint6
 	return ack.Sequence, nil
 }
 
-// KVDelete deletes key if its revision is still rev; a successor's value is
-// never removed. The delete marker it leaves expires like the marker of an
-// expired key, so a key released leaves nothing behind: the bucket holds
-// the live keys only, however many were ever used.
-func (c *Client) KVDelete(ctx context.Context, key string, rev uint64) error {
+// KVDelete deletes key if its revision is still rev, and returns the
+// revision of its delete marker; a successor's value is never removed. The
+// marker expires like the marker of an expired key, so a key released
+// leaves nothing behind: the bucket holds the live keys only, however many
+// were ever used.
+func (c *Client) KVDelete(ctx context.Context, key string, rev uint64) (uint64, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
 	msg := nats.NewMsg("$KV." + c.cfg.leaseBucket() + "." + key)
 	msg.Header.Set(kvOperation, kvOperationDelete)
-	_, err := c.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(leaseMarkerTTL))
+	ack, err := c.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(leaseMarkerTTL))
 	if err != nil {
-		return c.kvErr("delete", key, rev, err)
+		return 0, c.kvErr("delete", key, rev, err)
 	}
-	return nil
+	return ack.Sequence, nil
 }
 
 // The header by which a KV bucket's readers tell a deletion from a value.

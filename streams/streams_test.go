@@ -118,14 +118,14 @@ func TestKV(t *testing.T) {
 	if _, err := c.KVSwap(ctx, "sess.a", []byte("w"), rev, 5*time.Second); !errors.Is(err, streams.ErrConflict) {
 		t.Fatalf("stale swap: %v", err)
 	}
-	if err := c.KVDelete(ctx, "sess.a", rev); !errors.Is(err, streams.ErrConflict) {
+	if _, err := c.KVDelete(ctx, "sess.a", rev); !errors.Is(err, streams.ErrConflict) {
 		t.Fatalf("stale delete: %v", err)
 	}
 	e, err := c.KVGet(ctx, "sess.a")
 	if err != nil || string(e.Value) != "z" {
 		t.Fatalf("get: %v %v", e, err)
 	}
-	if err := c.KVDelete(ctx, "sess.a", rev2); err != nil {
+	if _, err := c.KVDelete(ctx, "sess.a", rev2); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.KVGet(ctx, "sess.a"); !errors.Is(err, streams.ErrNotFound) {
