@@ -700,11 +700,13 @@ func (p *Projector) SessionsPage(after string, limit int) ([]SessionHead, string
 // SuspendedSessions returns the heads of the sessions that hold suspended
 // calls.
 func (p *Projector) SuspendedSessions() ([]SessionHead, error) {
+	snap := p.db.NewSnapshot()
+	defer snap.Close()
 	var out []SessionHead
 	prefix := p.sessionsKey([]byte("w"), nil)
-	err := scan(p.db, prefix, func(k, _ []byte) error {
+	err := scan(snap, prefix, func(k, _ []byte) error {
 		tok := k[len(prefix):]
-		v, err := get(p.db, p.sessionsKey([]byte("h"), tok))
+		v, err := get(snap, p.sessionsKey([]byte("h"), tok))
 		if err != nil {
 			return err
 		}
