@@ -13,8 +13,14 @@
 // input and returns the turn that consumed it; Decide is an input too,
 // applied at the turn's next safe boundary; Cancel also stops a model call
 // or tool round in flight. Node.Serve takes inputs from a durable consumer
-// shared by every node, so any node runs any session, never two at once.
-// Node.Close drains.
+// shared by every node, so any node runs any session, never two at once,
+// each input as soon as it is delivered. Node.Close drains.
+//
+// A node keeps the sessions it ran folded in memory (WithStateCache) and
+// trusts them until its fence finds that the log moved; a session it does
+// not keep starts from the newest snapshot on its log. Model requests hash
+// the history by a running digest (turn.Digest), so a turn costs the same
+// however long its session is.
 //
 // Nothing wedges a session: an input that cannot start a turn (unreadable,
 // a key taken before, a decision for no suspended call) is consumed without
