@@ -383,7 +383,7 @@ func (s *Session) runTurn(ctx context.Context, pos sessionlog.Position, st *stat
 	if err := s.boundary("after-commit"); err != nil {
 		return nil, err
 	}
-	st.committed(id, pos.Seq(), pos.Token(), n.settings.fingerprint[:], body)
+	st.committed(pos.Seq(), pos.Token(), n.settings.fingerprint[:], body)
 	s.snapshot(st)
 	s.wakeAfterCommit(ctx, id, body.Outcome.Suspended)
 	return &TurnResult{Turn: id, Seq: pos.Seq(), Cursor: body.InputCursor, Outcome: body.Outcome,

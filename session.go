@@ -212,7 +212,7 @@ func (s *Session) fold(ctx context.Context, st *state) error {
 			if err != nil {
 				return err
 			}
-			st.committed(e.Turn, seq, e.Token, e.Settings, b)
+			st.committed(seq, e.Token, e.Settings, b)
 		case sessionlog.KindConsume:
 			data, err := s.n.log.Body(ctx, e)
 			if err != nil {
@@ -276,7 +276,7 @@ func (st *state) fenced(seq, token uint64) {
 
 // committed applies a turn's commit at revision seq; b is nil for a commit
 // that is passed over.
-func (st *state) committed(turnID string, seq, token uint64, settings []byte, b *sessionlog.TurnBody) {
+func (st *state) committed(seq, token uint64, settings []byte, b *sessionlog.TurnBody) {
 	st.rev, st.newest, st.lastSettings = seq, max(st.newest, token), settings
 	st.since++
 	st.attempts = 0

@@ -78,13 +78,6 @@ func (c *states) put(st *state) {
 	}
 }
 
-// len is the number of states kept.
-func (c *states) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.lru.Len()
-}
-
 // messageBytes is about what messages take in memory.
 func messageBytes(ms []turn.Message) int64 {
 	var n int64

@@ -295,3 +295,10 @@ func TestReusedTokenStillFences(t *testing.T) {
 		t.Fatalf("b made %d model requests for a turn whose model call a recorded", got)
 	}
 }
+
+// len is the number of states kept.
+func (c *states) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.lru.Len()
+}

@@ -123,7 +123,7 @@ func (i *Inspector) verify(ctx context.Context, cfg *turn.Config, hooks turn.Hoo
 			}
 			rep.Turns = append(rep.Turns, v)
 		}
-		st.committed(le.entry.Turn, le.seq, le.entry.Token, le.entry.Settings, body)
+		st.committed(le.seq, le.entry.Token, le.entry.Settings, body)
 	}
 	if turnID != "" && !found {
 		return nil, fmt.Errorf("%w: session %s has no committed turn %q", ErrBadInput, session, turnID)

@@ -11,14 +11,18 @@
 // A message a fold cannot decode is set aside (Quarantine lists it, with
 // the reason) and the projection goes on. Read models are caches: Rebuild
 // throws one away and folds the stream again from its start, and the result
-// equals the incremental one (ARCHITECTURE.md §9, invariant 7).
+// equals the incremental one (ARCHITECTURE.md §9, invariant 7). A store
+// folded by other folds, or by other versions of them (Versioned), is
+// cleared when it opens and folded again.
 //
 // Readers that need their own write wait for its stream sequence with
 // WaitFor. The Sessions fold keeps, per session: its head (revision,
 // fence, status, turns, last outcome, usage, inputs pending), its commit
 // stamps by turn id, its turns in order with the settings fingerprint each
 // ran under, its transcript, and the idempotency keys of the inputs it
-// consumed. Bodies kept in the object store are read through WithBodies;
+// consumed, and an index of the sessions holding suspended calls
+// (SuspendedSessions). Session snapshots (p.sess.<s>.snap) are passed over.
+// Bodies kept in the object store are read through WithBodies;
 // one that can never be read (lost, corrupt) is set aside, while any other
 // failure stops the fold, which its runner starts again. Inputs a node
 // refused (its consume entries and commits say so) are set aside with the

@@ -705,16 +705,11 @@ func (p *Projector) SuspendedSessions() ([]SessionHead, error) {
 	var out []SessionHead
 	prefix := p.sessionsKey([]byte("w"), nil)
 	err := scan(snap, prefix, func(k, _ []byte) error {
-		tok := k[len(prefix):]
-		v, err := get(snap, p.sessionsKey([]byte("h"), tok))
+		h, err := getDecoded[SessionHead](snap, p.sessionsKey([]byte("h"), k[len(prefix):]))
 		if err != nil {
 			return err
 		}
-		var h SessionHead
-		if err := msgpack.Unmarshal(v, &h); err != nil {
-			return err
-		}
-		out = append(out, h)
+		out = append(out, *h)
 		return nil
 	})
 	return out, err
@@ -752,15 +747,11 @@ func (p *Projector) Turns(session string) ([]TurnInfo, error) {
 		if err != nil {
 			return err
 		}
-		tv, err := get(snap, p.sessionsKey([]byte("t"), []byte(tok), []byte(turnTok)))
+		t, err := getDecoded[TurnInfo](snap, p.sessionsKey([]byte("t"), []byte(tok), []byte(turnTok)))
 		if err != nil {
 			return err
 		}
-		var t TurnInfo
-		if err := msgpack.Unmarshal(tv, &t); err != nil {
-			return err
-		}
-		out = append(out, t)
+		out = append(out, *t)
 		return nil
 	})
 	return out, err

@@ -5,6 +5,7 @@ import (
 	"io"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // Txn is the write side a fold sees while applying messages. Keys are
@@ -134,6 +135,19 @@ func get(r getter, key []byte) ([]byte, error) {
 	}
 	out := append([]byte(nil), v...)
 	return out, closer.Close()
+}
+
+// getDecoded reads key and decodes its msgpack value.
+func getDecoded[T any](r getter, key []byte) (*T, error) {
+	v, err := get(r, key)
+	if err != nil {
+		return nil, err
+	}
+	var out T
+	if err := msgpack.Unmarshal(v, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // scan visits every key with prefix, in order. Keys and values are only

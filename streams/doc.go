@@ -56,7 +56,10 @@
 //     saves many publishes, not for two messages.
 //   - KVCreate claims a key with a TTL (conflict if live); KVSwap replaces
 //     it at a revision keeping a TTL (the KV update call would drop it);
-//     KVDelete removes it at a revision only.
+//     KVDelete removes it at a revision only, with a delete marker that
+//     expires, so released keys leave nothing in the bucket.
+//   - A Dispatcher hands out each message of a shared durable consumer to a
+//     callback as it arrives; PurgeBefore drops a subject's older messages.
 //   - PutBlob stores bytes under their sha256 unless they are there;
 //     GetBlob reads them back checked against it (ErrCorrupt), refusing
 //     more than a limit (ErrTooLarge) before reading.

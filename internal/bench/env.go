@@ -124,9 +124,9 @@ type Result struct {
 	Name  string
 	Value float64
 	Unit  string
-	// Floor is what the same work costs in raw JetStream operations, in
-	// Unit; Ratio is Value/Floor (or Floor/Value for rates, so that below
-	// 1 is always better than... see Better).
+	// Floor is what the same work costs in raw JetStream operations (or
+	// the figure it is compared with), in Unit; Ratio is Value/Floor. For
+	// a time below 1 is better, for a rate above 1; Note says which.
 	Floor float64
 	Ratio float64
 	Note  string
