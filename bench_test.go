@@ -66,7 +66,7 @@ func BenchmarkLatency(b *testing.B) {
 // BenchmarkEffect: what one more effect adds to a turn.
 func BenchmarkEffect(b *testing.B) {
 	modes(b, func(b *testing.B, e *bench.Env, f bench.Floor) {
-		r, err := bench.EffectCost(b.Context(), e, f, max(b.N, 20))
+		r, err := bench.EffectCost(b.Context(), e, max(b.N, 20))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -79,7 +79,7 @@ func BenchmarkConcurrency(b *testing.B) {
 	modes(b, func(b *testing.B, e *bench.Env, f bench.Floor) {
 		for _, c := range []int{1, 16, 64, 256} {
 			b.Run(fmt.Sprintf("sessions=%d", c), func(b *testing.B) {
-				rs, err := bench.Concurrency(b.Context(), e, f, []int{c}, max(b.N, 20))
+				rs, err := bench.Concurrency(b.Context(), e, []int{c}, max(b.N, 20))
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -28,6 +28,11 @@ type drive struct {
 	// fresh: no other run recorded anything for this turn when it began,
 	// so its journal and intents need no read.
 	fresh bool
+	// intends is the model call whose record Intends the tool batch that
+	// follows it (effectlog.Outcome.Intends); ownIntent says the record
+	// that stands is this run's.
+	intends   turn.EffectID
+	ownIntent bool
 
 	mu sync.Mutex
 	// cursor is the last input this turn consumed; inputs are those it
@@ -147,6 +152,7 @@ func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) 
 		}
 		d.took(a)
 		d.replayed++
+		d.intended(h.ID, rec, false)
 		n.observe(Event{Kind: EventEffectReplayed, Session: d.s.id, Turn: d.turn, Effect: e.Kind().String()})
 		return a.result(e.Kind(), h.ID)
 	}
@@ -179,13 +185,19 @@ func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) 
 			return nil, err
 		}
 	}
-	rec, _, err = n.journal.Record(ctx, h.Key, h.Hash, effectlog.Outcome{Data: data})
+	// The tool calls a model answer asks for count as started once it is
+	// stored: their batch then needs no intents of its own (one write per
+	// call less), at the price of calling them in doubt should a run stop
+	// between this record and their start.
+	intends := a.Response != nil && len(a.Response.ToolCalls) > 0
+	rec, won, err := n.journal.Record(ctx, h.Key, h.Hash, effectlog.Outcome{Data: data, Intends: intends})
 	if err != nil {
 		return nil, err
 	}
 	if a, err = decodeAnswer(rec.Outcome.Data); err != nil { // the winner's answer
 		return nil, err
 	}
+	d.intended(h.ID, rec, won)
 	if err := d.s.boundaries("after-record", e); err != nil {
 		return nil, err
 	}
@@ -193,6 +205,15 @@ func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) 
 	d.executed++
 	n.observe(Event{Kind: EventEffectExecuted, Session: d.s.id, Turn: d.turn, Effect: e.Kind().String(), Took: a.Took})
 	return a.result(e.Kind(), h.ID)
+}
+
+// intended notes the record of effect id, replayed or just written (own:
+// by this run), for the tool batch that may follow it.
+func (d *drive) intended(id turn.EffectID, rec *effectlog.Record, own bool) {
+	d.intends, d.ownIntent = 0, false
+	if rec.Outcome.Intends {
+		d.intends, d.ownIntent = id, own
+	}
 }
 
 // codeAnswerTooLarge is the call error recorded for a model answer above
@@ -375,6 +396,13 @@ func (d *drive) toolCalls(ctx context.Context, batch *turn.ToolCalls) ([]turn.To
 	ectx, done := d.interrupt.begin(ctx)
 	errs := make([]error, len(batch.Calls))
 	var wg sync.WaitGroup
+	cause := causeNone
+	if d.intends != 0 && batch.H.ID == d.intends+1 {
+		cause = causeReplayed
+		if d.ownIntent {
+			cause = causeOwn
+		}
+	}
 	for i, pc := range batch.Calls {
 		ok, err := replay(pc)
 		if err != nil {
@@ -384,7 +412,7 @@ func (d *drive) toolCalls(ctx context.Context, batch *turn.ToolCalls) ([]turn.To
 		if ok {
 			continue
 		}
-		wg.Go(func() { results[i], errs[i] = d.toolCall(ectx, pc) })
+		wg.Go(func() { results[i], errs[i] = d.toolCall(ectx, pc, cause) })
 	}
 	wg.Wait()
 	if stop := done(); stop != nil {
@@ -416,10 +444,25 @@ func (d *drive) toolCalls(ctx context.Context, batch *turn.ToolCalls) ([]turn.To
 	return results, nil, nil
 }
 
-func (d *drive) toolCall(ctx context.Context, pc turn.PendingCall) (turn.ToolResult, error) {
+// intentCause says what tells a re-executor that a tool call may have
+// run: an intent of its own, or the model answer's record right before
+// its batch (written by this run, or by an earlier one).
+type intentCause int
+
+const (
+	causeNone intentCause = iota
+	causeOwn
+	causeReplayed
+)
+
+func (d *drive) toolCall(ctx context.Context, pc turn.PendingCall, cause intentCause) (turn.ToolResult, error) {
 	n := d.s.n
 	inDoubt := false
-	if !d.fresh {
+	switch {
+	case cause == causeReplayed:
+		// The run that recorded the answer may have started the call.
+		inDoubt = true
+	case cause == causeNone && !d.fresh:
 		// Another run may have started the call and died before its record.
 		var err error
 		if inDoubt, err = n.journal.InDoubt(ctx, pc.Key); err != nil {
@@ -430,8 +473,10 @@ func (d *drive) toolCall(ctx context.Context, pc turn.PendingCall) (turn.ToolRes
 	if inDoubt {
 		attempt = 2
 	}
-	if err := n.journal.Started(ctx, pc.Key, attempt); err != nil {
-		return turn.ToolResult{}, err
+	if cause == causeNone {
+		if err := n.journal.Started(ctx, pc.Key, attempt); err != nil {
+			return turn.ToolResult{}, err
+		}
 	}
 	if err := d.s.boundary("before-record tool " + pc.Call.ID); err != nil {
 		return turn.ToolResult{}, err

@@ -175,9 +175,11 @@ type state struct {
 // run fenced since the last commit or consume, and that entry was written
 // under the turn settings given (by a node of this version, which fences
 // again when it goes on after its own commit, sessionlog.Refence). Only a
-// run that fenced after them records effects for the next turn.
+// run that fenced after them records effects for the next turn. A log
+// with nothing on it is fresh too: every run fences before it records,
+// and the log is never purged.
 func (st *state) fresh(settings []byte) bool {
-	return st.attempts == 0 && bytes.Equal(st.lastSettings, settings)
+	return st.attempts == 0 && (st.rev == 0 || bytes.Equal(st.lastSettings, settings))
 }
 
 // keyUse is the first input that used a key.

@@ -180,6 +180,61 @@ func testFailureReplays(t *testing.T, env Env) {
 	}
 }
 
+// testInDoubt: a call is in doubt when an attempt of it was noted (its own
+// intent, or the outcome right before its batch marked Intends) and no
+// outcome is recorded for it; never otherwise.
+func testInDoubt(t *testing.T, env Env) {
+	ctx := testCtx(t)
+	d := open(t, env, streams.Config{})
+	j := effectlog.New(d.client, effectlog.WithRecorder("r"))
+	other := effectlog.New(d.reopen(t), effectlog.WithRecorder("r2"))
+	call := func(turnID string, effect turn.EffectID, id string) turn.ReplayKey {
+		return turn.ReplayKey{Session: "doubt", Turn: turnID, Kind: turn.KindToolCall, Effect: effect, Call: id}
+	}
+	answer := func(turnID string, effect turn.EffectID) turn.ReplayKey {
+		return turn.ReplayKey{Session: "doubt", Turn: turnID, Kind: turn.KindLLMCall, Effect: effect}
+	}
+	inDoubt := func(k turn.ReplayKey, want bool) {
+		t.Helper()
+		var got bool
+		read(t, "InDoubt("+k.String()+")", func() (err error) { got, err = other.InDoubt(ctx, k); return err })
+		if got != want {
+			t.Fatalf("InDoubt(%v) = %v; want %v", k, got, want)
+		}
+	}
+	record := func(k turn.ReplayKey, out effectlog.Outcome) {
+		t.Helper()
+		if _, won, err := j.Record(ctx, k, hashOf(k.String()), out); err != nil || !won {
+			t.Fatalf("Record(%v): won=%v %v", k, won, err)
+		}
+	}
+	// Nothing noted: not in doubt.
+	inDoubt(call("t1", 3, "c1"), false)
+	// Its own intent, then its outcome.
+	if err := j.Started(ctx, call("t1", 3, "c1"), 1); err != nil {
+		t.Fatal(err)
+	}
+	inDoubt(call("t1", 3, "c1"), true)
+	record(call("t1", 3, "c1"), effectlog.Outcome{Data: []byte("done")})
+	inDoubt(call("t1", 3, "c1"), false)
+	// An answer marked Intends stands for the calls of the batch after it,
+	// and only those.
+	record(answer("t2", 2), effectlog.Outcome{Data: []byte("call c1 and c2"), Intends: true})
+	inDoubt(call("t2", 3, "c1"), true)
+	inDoubt(call("t2", 3, "c2"), true)
+	inDoubt(call("t2", 4, "c1"), false)
+	inDoubt(call("t3", 3, "c1"), false)
+	record(call("t2", 3, "c2"), effectlog.Outcome{Data: []byte("done")})
+	inDoubt(call("t2", 3, "c2"), false)
+	// An answer not so marked stands for nothing.
+	record(answer("t4", 2), effectlog.Outcome{Data: []byte("call c1")})
+	inDoubt(call("t4", 3, "c1"), false)
+	rec, err := other.Lookup(ctx, answer("t2", 2), hashOf(answer("t2", 2).String()))
+	if err != nil || !rec.Outcome.Intends {
+		t.Fatalf("Lookup of an answer marked Intends: %+v, %v", rec, err)
+	}
+}
+
 // testJournalRetention: effect records are removed by the server once the
 // deployment's journal retention has passed.
 func testJournalRetention(t *testing.T, env Env) {

@@ -102,6 +102,7 @@ var subtests = []subtest{
 	{"effectlog/nondeterminism", testNondeterminism},
 	{"effectlog/failure-replays", testFailureReplays},
 	{"effectlog/retention", testJournalRetention},
+	{"effectlog/in-doubt", testInDoubt},
 	{"blobs/journal-by-reference", testJournalByReference},
 	{"blobs/commit-by-reference", testCommitByReference},
 	{"blobs/ceiling", testBlobCeiling},

@@ -23,7 +23,10 @@
 //     fingerprint (Record.Settings): a node tells a turn begun under other
 //     settings.
 //   - Started notes an attempt on p.fx.….i before it runs; InDoubt tells a
-//     re-executor that an attempt may have run without recording.
+//     re-executor that an attempt may have run without recording. An
+//     outcome with Intends set stands for the intents of the tool calls of
+//     the batch that is the next effect (effect id + 1): they have no
+//     intents of their own, and InDoubt finds them through it.
 //   - Purge deletes a committed turn's journal once it is no longer needed
 //     for inspection.
 //

@@ -227,7 +227,8 @@ func (j *Journal) Started(ctx context.Context, key turn.ReplayKey, attempt int) 
 }
 
 // InDoubt reports whether an attempt was started for key without an outcome
-// being recorded.
+// being recorded: an intent was written for it, or the call belongs to the
+// batch right after an outcome that Intends it.
 func (j *Journal) InDoubt(ctx context.Context, key turn.ReplayKey) (bool, error) {
 	rsubj, isubj, err := j.subjects(key)
 	if err != nil {
@@ -239,10 +240,30 @@ func (j *Journal) InDoubt(ctx context.Context, key turn.ReplayKey) (bool, error)
 		return false, err
 	}
 	_, err = j.s.NextOnSubject(ctx, isubj, 1)
+	switch {
+	case err == nil:
+		return true, nil
+	case !errors.Is(err, streams.ErrNotFound):
+		return false, err
+	case key.Call == "" || key.Effect <= 1:
+		return false, nil
+	}
+	cause, _, err := j.subjects(turn.ReplayKey{Session: key.Session, Turn: key.Turn, Effect: key.Effect - 1})
+	if err != nil {
+		return false, err
+	}
+	m, err := j.s.NextOnSubject(ctx, cause, 1)
 	if errors.Is(err, streams.ErrNotFound) {
 		return false, nil
 	}
-	return err == nil, err
+	if err != nil {
+		return false, err
+	}
+	rec, err := decode(m.Data, m.Seq)
+	if err != nil {
+		return false, err
+	}
+	return rec.Outcome.Intends, nil
 }
 
 // Purge deletes the journal of a committed turn.

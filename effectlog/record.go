@@ -15,6 +15,11 @@ type Outcome struct {
 	Data   []byte `msgpack:"d,omitempty"`
 	Failed bool   `msgpack:"f,omitempty"`
 	Error  string `msgpack:"e,omitempty"`
+	// Intends says that the tool calls this outcome asks for (the batch
+	// that is the next effect of the turn) count as started once it is
+	// stored: their runner writes no intent of its own for them, since the
+	// record already tells a re-executor that they may have run.
+	Intends bool `msgpack:"i,omitempty"`
 }
 
 // Record is one journaled outcome.

@@ -80,7 +80,7 @@ func measure(ctx context.Context, dir string, sync bool, want map[string]bool, n
 		add(r)
 	}
 	if want["effects"] {
-		r, err := bench.EffectCost(ctx, e, f, n)
+		r, err := bench.EffectCost(ctx, e, n)
 		if err != nil {
 			return err
 		}
@@ -91,7 +91,7 @@ func measure(ctx context.Context, dir string, sync bool, want map[string]bool, n
 		if err != nil {
 			return fmt.Errorf("-concurrency: %w", err)
 		}
-		r, err := bench.Concurrency(ctx, e, f, cs, n)
+		r, err := bench.Concurrency(ctx, e, cs, n)
 		if err != nil {
 			return err
 		}

@@ -31,6 +31,8 @@ type Env struct {
 	srv  *streams.Embedded
 	nc   *nats.Conn
 	js   jetstream.JetStream
+	// casLast is the floor subject's last sequence (Env.CAS).
+	casLast uint64
 }
 
 // Start starts a server in a new directory under dir ("" for the system's

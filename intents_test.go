@@ -1,0 +1,135 @@
+package lash
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/lash-run/lash/effectlog"
+	"github.com/lash-run/lash/tools"
+	"github.com/lash-run/lash/turn"
+	"github.com/nats-io/nats.go"
+)
+
+// The tool calls a model answer asks for need no intents of their own: the
+// answer's record stands for them. A run that stops between that record
+// and the calls' start leaves them in doubt, and the next run tells the
+// tools so; a run that wrote the answer itself runs them as first attempts.
+func TestAnswerStandsForIntents(t *testing.T) {
+	r := newRig(t)
+	var mu sync.Mutex
+	var seen []string
+	reg := tools.New()
+	tool, err := tools.Func("weather", "current weather of a city", func(ctx context.Context, a weatherArgs) (string, error) {
+		info, _ := tools.Info(ctx)
+		mu.Lock()
+		seen = append(seen, fmt.Sprintf("%s attempt=%d in_doubt=%v", a.City, info.Attempt, info.InDoubt))
+		mu.Unlock()
+		return "fine", nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Register(tool); err != nil {
+		t.Fatal(err)
+	}
+	calls := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		out := slices.Clone(seen)
+		slices.Sort(out)
+		seen = nil
+		return out
+	}
+	// Every journal write of the test, seen as it is published.
+	filter := r.node("watch").Streams().Config().Prefix + ".fx.>"
+	var subjects []string
+	nc := r.conn()
+	sub, err := nc.Subscribe(filter, func(m *nats.Msg) {
+		mu.Lock()
+		subjects = append(subjects, m.Subject)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	journaled := func() []string {
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(subjects)
+	}
+	stop := errors.New("stopped after the model's answer was recorded")
+	answered := "after-record " + turn.KindLLMCall.String() + " 2"
+	first := r.node("first", WithTools(reg), withBoundary(func(name string) error {
+		if name == answered {
+			return stop
+		}
+		return nil
+	}))
+	second := r.node("second", WithTools(reg))
+
+	// A run that records the answer and runs its calls: first attempts.
+	if _, _, err := second.Session("clean").Send(r.ctx, "k", Input{Text: "Weather?"}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := second.Session("clean").Run(r.ctx); err != nil || len(res) != 1 {
+		t.Fatalf("clean run: %v, %v", res, err)
+	}
+	want := []string{"Lima attempt=1 in_doubt=false", "Oslo attempt=1 in_doubt=false", "Pune attempt=1 in_doubt=false"}
+	if got := calls(); !slices.Equal(got, want) {
+		t.Fatalf("clean run called %v, want %v", got, want)
+	}
+
+	// A run that stops right after recording the answer: the calls may
+	// have started, as far as anyone reading the journal can tell.
+	seq, _, err := first.Session("stopped").Send(r.ctx, "k", Input{Text: "Weather?"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Session("stopped").Run(r.ctx); !errors.Is(err, stop) {
+		t.Fatalf("first run: %v", err)
+	}
+	if got := calls(); len(got) != 0 {
+		t.Fatalf("the stopped run called %v", got)
+	}
+	j := effectlog.New(first.Streams())
+	key := turn.ReplayKey{Session: "stopped", Turn: turnID(seq), Iteration: 1, Kind: turn.KindToolCall, Effect: 3, Call: "call_1"}
+	if doubt, err := j.InDoubt(r.ctx, key); err != nil || !doubt {
+		t.Fatalf("a call the recorded answer asked for: in doubt %v, %v", doubt, err)
+	}
+	res := runUntilFree(t, second.Session("stopped"))
+	if len(res) != 1 || res[0].Outcome.Termination.Reason != turn.NaturalEnd {
+		t.Fatalf("second run: %+v", res)
+	}
+	want = []string{"Lima attempt=2 in_doubt=true", "Oslo attempt=2 in_doubt=true", "Pune attempt=2 in_doubt=true"}
+	if got := calls(); !slices.Equal(got, want) {
+		t.Fatalf("the run after the stop called %v, want %v", got, want)
+	}
+	if doubt, err := j.InDoubt(r.ctx, key); err != nil || doubt {
+		t.Fatalf("a recorded call: in doubt %v, %v", doubt, err)
+	}
+
+	// Neither session's runs wrote an intent; both wrote records.
+	records, intents := 0, 0
+	for _, m := range journaled() {
+		if strings.HasSuffix(m, ".i") {
+			intents++
+		} else {
+			records++
+		}
+	}
+	if intents != 0 || records < 10 {
+		t.Fatalf("the runs wrote %d intents and %d records", intents, records)
+	}
+}
