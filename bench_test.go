@@ -84,7 +84,9 @@ func BenchmarkConcurrency(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.ReportMetric(rs[0].Value, "turns/s")
-				b.ReportMetric(rs[1].Ratio, "x-per-append-fsync")
+				b.ReportMetric(rs[1].Value, "raw-turns/s")
+				b.ReportMetric(rs[2].Ratio, "x-raw")
+				b.ReportMetric(rs[3].Ratio, "x-per-append-fsync")
 			})
 		}
 	})

@@ -31,8 +31,10 @@ type Env struct {
 	srv  *streams.Embedded
 	nc   *nats.Conn
 	js   jetstream.JetStream
-	// casLast is the floor subject's last sequence (Env.CAS).
+	// casLast is the floor subject's last sequence (Env.CAS); rawRuns
+	// counts RawTurns runs, which write subjects of their own.
 	casLast uint64
+	rawRuns int
 }
 
 // Start starts a server in a new directory under dir ("" for the system's

@@ -211,12 +211,13 @@ func History(ctx context.Context, e *Env, hs []int, n int) ([]Result, error) {
 }
 
 // Concurrency runs turns on 1 and more sessions at once: turns per second
-// against one session's, and effects per second against what a journal
-// that fsyncs each append alone allows (one CAS publish after another,
-// timed just before and after the turns).
+// against one session's and against the same round trips done raw by as
+// many writers (RawTurns, run right after), and effects per second against
+// what a journal that fsyncs each append alone allows (one CAS publish
+// after another, timed just before and after the turns).
 func Concurrency(ctx context.Context, e *Env, counts []int, n int) ([]Result, error) {
 	var out []Result
-	var base float64
+	var base, rawBase float64
 	for _, c := range counts {
 		each := max(4, 4*n/c)
 		before, err := e.CAS(ctx, 50)
@@ -231,13 +232,21 @@ func Concurrency(ctx context.Context, e *Env, counts []int, n int) ([]Result, er
 		if err != nil {
 			return nil, err
 		}
+		raw, err := e.RawTurns(ctx, c, 2*time.Second)
+		if err != nil {
+			return nil, err
+		}
 		if base == 0 {
-			base = tps
+			base, rawBase = tps, raw
 		}
 		perAppend := 1 / median(append(before, after...)).Seconds()
 		out = append(out,
 			Result{Name: fmt.Sprintf("turns/s at %d sessions (%s)", c, e.Mode()), Value: tps, Unit: "turns/s",
 				Floor: base, Ratio: tps / base, Note: fmt.Sprintf("floor: turns/s at %d; higher is better", counts[0])},
+			Result{Name: fmt.Sprintf("raw turns/s at %d writers (%s)", c, e.Mode()), Value: raw, Unit: "turns/s",
+				Floor: rawBase, Ratio: raw / rawBase, Note: fmt.Sprintf("a turn's round trips, raw; floor: the same at %d; higher is better", counts[0])},
+			Result{Name: fmt.Sprintf("turns/s at %d sessions vs raw (%s)", c, e.Mode()), Value: tps, Unit: "turns/s",
+				Floor: raw, Ratio: tps / raw, Note: "floor: raw turns/s at as many writers; higher is better"},
 			Result{Name: fmt.Sprintf("effects/s at %d sessions (%s)", c, e.Mode()), Value: 3 * tps, Unit: "effects/s",
 				Floor: perAppend, Ratio: 3 * tps / perAppend, Note: "floor: one CAS publish after another; higher is better"})
 	}

@@ -1,0 +1,100 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// RawTurns is what JetStream allows the smallest turn's round trips at
+// that many sessions at once: each of writers goroutines does, for d, what
+// a turn on its own session does on the wire (ADR 0017), one operation
+// after another, with no lash in between: the input's publish, the lease
+// claim (a CAS on a bucket's stream), the next input read, the fence, three
+// records (the third after the checkpoint's read), the commit, the read
+// after it and the release, on three streams made like lash's. It returns
+// these "turns" per second: the ceiling of lash's turns/s on the same
+// server, and how far more sessions can raise it.
+func (e *Env) RawTurns(ctx context.Context, writers int, d time.Duration) (float64, error) {
+	for _, name := range []string{"RAWKV", "RAWSESS", "RAWFX"} {
+		if _, err := e.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"},
+			Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute}); err != nil {
+			return 0, err
+		}
+	}
+	sess, err := e.js.Stream(ctx, "RAWSESS")
+	if err != nil {
+		return 0, err
+	}
+	payload := make([]byte, 300)
+	e.rawRuns++
+	run := e.rawRuns
+	var ids, turns atomic.Int64
+	cas := func(subj string, last uint64) (uint64, error) {
+		ack, err := e.js.Publish(ctx, subj, payload, jetstream.WithMsgID(fmt.Sprintf("raw-%d-%d", run, ids.Add(1))),
+			jetstream.WithExpectLastSequencePerSubject(last))
+		if err != nil {
+			return 0, err
+		}
+		return ack.Sequence, nil
+	}
+	read := func(st jetstream.Stream, subj string) error {
+		_, err := st.GetLastMsgForSubject(ctx, subj)
+		return err
+	}
+	errs := make(chan error, writers)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range writers {
+		wg.Go(func() {
+			lease := fmt.Sprintf("RAWKV.%d.%d", run, w)
+			log := fmt.Sprintf("RAWSESS.%d.%d.ev", run, w)
+			in := fmt.Sprintf("RAWSESS.%d.%d.in", run, w)
+			var lastLease, lastLog uint64
+			for i := 0; time.Since(start) < d; i++ {
+				step := func(err error) bool {
+					if err != nil {
+						errs <- err
+					}
+					return err == nil
+				}
+				var err error
+				_, err = e.js.Publish(ctx, in, payload)
+				if !step(err) {
+					return
+				}
+				if lastLease, err = cas(lease, lastLease); !step(err) || !step(read(sess, in)) {
+					return
+				}
+				if lastLog, err = cas(log, lastLog); !step(err) {
+					return
+				}
+				for k := range 3 {
+					if k == 2 && !step(read(sess, in)) {
+						return
+					}
+					if _, err = cas(fmt.Sprintf("RAWFX.%d.%d.%d.%d", run, w, i, k), 0); !step(err) {
+						return
+					}
+				}
+				if lastLog, err = cas(log, lastLog); !step(err) || !step(read(sess, in)) {
+					return
+				}
+				if lastLease, err = cas(lease, lastLease); !step(err) {
+					return
+				}
+				turns.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, fmt.Errorf("raw turns: %w", err)
+	}
+	return float64(turns.Load()) / time.Since(start).Seconds(), nil
+}
