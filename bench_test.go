@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/lash-run/lash/internal/bench"
+	"github.com/lash-run/lash/testenv"
+	"github.com/nats-io/nats.go"
 )
 
 // The benchmarks of internal/bench, on an embedded server that fsyncs
@@ -90,6 +92,31 @@ func BenchmarkConcurrency(b *testing.B) {
 			})
 		}
 	})
+}
+
+// BenchmarkConcurrencyR3: the same on a cluster of three servers that
+// fsync before they acknowledge, with every stream replicated to all
+// three: each write is a Raft round, and writes of concurrent turns share
+// the log's flushes.
+func BenchmarkConcurrencyR3(b *testing.B) {
+	c := testenv.RunCluster(b, 3, testenv.WithSyncAlways())
+	e, err := bench.Attach(func() (*nats.Conn, error) { return nats.Connect(c.URL()) }, 3, true)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(e.Close)
+	if _, err := e.MeasureFloor(context.Background(), 100); err != nil {
+		b.Fatal(err)
+	}
+	// One run over all counts, so that the ratios to one session are of
+	// the same run.
+	rs, err := bench.Concurrency(b.Context(), e, []int{1, 16, 64}, max(b.N, 20))
+	if err != nil {
+		b.Fatal(err)
+	}
+	report(b, rs...)
+	b.ReportMetric(rs[8].Ratio, "x-turns/s-64-vs-1")
+	b.ReportMetric(rs[7].Ratio, "x-effects/s-16-vs-per-append")
 }
 
 // BenchmarkHistory: a turn on a session with 1, 100 and 1000 turns behind.

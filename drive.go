@@ -33,6 +33,9 @@ type drive struct {
 	// that stands is this run's.
 	intends   turn.EffectID
 	ownIntent bool
+	// last is the highest effect id in the journal as the turn began: an
+	// unrecorded checkpoint before it found nothing.
+	last turn.EffectID
 
 	mu sync.Mutex
 	// cursor is the last input this turn consumed; inputs are those it
@@ -78,6 +81,7 @@ func (d *drive) run(ctx context.Context, st *state, in Input, recs []*effectlog.
 	d.recorded = make(map[turn.ReplayKey]*effectlog.Record, len(recs))
 	for _, r := range recs {
 		d.recorded[r.Key] = r
+		d.last = max(d.last, r.Key.Effect)
 	}
 	d.interrupt = d.watch(st)
 	defer d.interrupt.stop()
@@ -159,6 +163,12 @@ func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) 
 	if !errors.Is(err, effectlog.ErrNotRecorded) {
 		return nil, err // nondeterminism among them: the turn stops here
 	}
+	_, checkpoint := e.(*turn.Checkpoint)
+	if checkpoint && h.ID < d.last {
+		// An earlier run went past this checkpoint without recording it:
+		// it found nothing.
+		return (&answer{}).result(e.Kind(), h.ID)
+	}
 	if err := d.s.boundaries("before-record", e); err != nil {
 		return nil, err
 	}
@@ -170,6 +180,15 @@ func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) 
 		return nil, err
 	}
 	a.Took = time.Since(began)
+	if checkpoint && a.empty() {
+		// Nothing to record: a replay that finds a later record knows the
+		// checkpoint found nothing, and one that finds none performs it
+		// again, with nothing done on its answer yet.
+		if err := d.s.boundaries("after-record", e); err != nil {
+			return nil, err
+		}
+		return a.result(e.Kind(), h.ID)
+	}
 	a.Request = renderRequest(e)
 	data, err := encodeAnswer(a)
 	if err != nil {

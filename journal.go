@@ -9,6 +9,14 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
+// JournalVersion names how the driver journals a turn. It is part of the
+// turn settings (Settings.Journal), so a node never replays a turn whose
+// journal another version wrote. 1: every effect has its record and every
+// tool call its intent. 2: a model answer's record stands for the intents
+// of the calls it asks for, and a checkpoint that found no input has no
+// record (ADR 0017).
+const JournalVersion = 2
+
 // answer is the journaled form of any effect's answer. One shape for all
 // kinds keeps the codec small; the effect's kind says which fields count.
 type answer struct {
@@ -45,6 +53,10 @@ func decodeAnswer(b []byte) (*answer, error) {
 	}
 	return &a, nil
 }
+
+// empty reports an answer that consumed no input: what a checkpoint that
+// found nothing answers, which is not recorded.
+func (a *answer) empty() bool { return len(a.Inputs) == 0 && a.Cancel == nil }
 
 // result turns a journaled answer back into the result the machine takes.
 func (a *answer) result(kind turn.Kind, id turn.EffectID) (turn.Result, error) {

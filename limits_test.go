@@ -364,7 +364,8 @@ func TestLargePayloadsByReference(t *testing.T) {
 	}
 	first.Close(context.Background())
 	asked := models.Requests()
-	second := r.node("second", WithTools(reg), WithStreams(cfg))
+	// A long lease: the turns move MiBs, slowly under the race detector.
+	second := r.node("second", WithTools(reg), WithStreams(cfg), WithLeaseTTL(10*time.Second))
 	res := runUntilFree(t, second.Session("big"))
 	if len(res) != 1 || res[0].Executed != 0 || res[0].Outcome.Termination.Reason != turn.NaturalEnd || runs.Load() != 3 || models.Requests() != asked {
 		t.Fatalf("replay: %+v; tool runs %d, model requests %d (were %d)", res, runs.Load(), models.Requests(), asked)

@@ -40,6 +40,8 @@ type Settings struct {
 	// Hashing is how the machine hashes requests (turn.RequestHashing):
 	// journals recorded under another way cannot be replayed by this one.
 	Hashing int `json:"hashing,omitempty"`
+	// Journal is how the driver journals a turn (JournalVersion).
+	Journal int `json:"journal,omitempty"`
 }
 
 // WithSettingsLabel names the code behind the machine's hooks and backoff,
@@ -68,7 +70,7 @@ func SettingsOf(c turn.Config, label string) Settings {
 		MaxIterations: or(l.MaxIterations, turn.DefaultMaxIterations), TokenBudget: l.TokenBudget,
 		MaxToolFailures: l.MaxToolFailures, MaxAttempts: or(l.MaxAttempts, turn.DefaultMaxAttempts),
 		MaxBackoff: backoff.String(), DecisionWait: c.DecisionWait.String(), GracePrompt: grace, Label: label,
-		Hashing: turn.RequestHashing}
+		Hashing: turn.RequestHashing, Journal: JournalVersion}
 }
 
 // Config is the machine configuration the settings describe; hooks and a

@@ -16,9 +16,10 @@
 //     CallInfo.IdempotencyKey to the system it changes, or records the key
 //     with its effect, so the effect happens at most once. Read CallInfo
 //     with Info(ctx).
-//  2. In doubt. CallInfo.Attempt counts runs from 1 and CallInfo.InDoubt says
-//     that an earlier attempt may have run, in part or in full, without its
-//     outcome being recorded. A tool that cannot make its effect idempotent
+//  2. In doubt. CallInfo.InDoubt says that an earlier attempt may have run,
+//     in part or in full, without its outcome being recorded (CallInfo.Attempt
+//     is then above 1). A worker that dies just before a call starts leaves
+//     it in doubt too: the record that lets the call start is written first. A tool that cannot make its effect idempotent
 //     checks, when in doubt, whether the effect already happened, or fails
 //     and says so rather than repeat it.
 //  3. Timeouts. Each call runs under a deadline: the tool's own (WithTimeout,

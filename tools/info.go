@@ -12,11 +12,13 @@ type CallInfo struct {
 	// Key is the call's replay key. It is the same on every attempt, on every
 	// worker, so it serves as the idempotency key of the call's side effects.
 	Key turn.ReplayKey
-	// Attempt counts runs of this call, from 1.
+	// Attempt is 1 when no earlier run of this call can have started, and
+	// more when one may have (InDoubt is then set).
 	Attempt int
 	// InDoubt is set when an earlier attempt may have run, in part or in
-	// full, without its outcome being recorded (a worker died mid-call). A
-	// tool with side effects checks, by Key, whether they already happened.
+	// full, without its outcome being recorded (a worker died mid-call, or
+	// right before it). A tool with side effects checks, by Key, whether
+	// they already happened.
 	InDoubt bool
 	// Decision is set when a decision resumed a suspended call; in
 	// ResumePassToTool mode the tool reads its Payload. It is a copy.

@@ -23,14 +23,18 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Env is an embedded server with JetStream on a fresh directory.
+// Env is an embedded server with JetStream on a fresh directory, or a
+// deployment reached through Attach.
 type Env struct {
 	// Sync says the server fsyncs before it acknowledges (lash's default).
 	Sync bool
-	dir  string
-	srv  *streams.Embedded
-	nc   *nats.Conn
-	js   jetstream.JetStream
+	// Replicas of the streams the figures use: 1, or 3 on a cluster.
+	Replicas int
+	dir      string
+	srv      *streams.Embedded
+	connect  func() (*nats.Conn, error)
+	nc       *nats.Conn
+	js       jetstream.JetStream
 	// casLast is the floor subject's last sequence (Env.CAS); rawRuns
 	// counts RawTurns runs, which write subjects of their own.
 	casLast uint64
@@ -49,36 +53,59 @@ func Start(dir string, sync bool) (*Env, error) {
 		os.RemoveAll(d)
 		return nil, err
 	}
-	e := &Env{Sync: sync, dir: d, srv: srv}
-	if e.nc, err = e.Conn(); err != nil {
-		e.Close()
-		return nil, err
-	}
-	if e.js, err = jetstream.New(e.nc); err != nil {
+	e := &Env{Sync: sync, Replicas: 1, dir: d, srv: srv, connect: func() (*nats.Conn, error) { return srv.Connect() }}
+	if err := e.open(); err != nil {
 		e.Close()
 		return nil, err
 	}
 	return e, nil
 }
 
-// Conn is a new connection to the server.
-func (e *Env) Conn() (*nats.Conn, error) { return e.srv.Connect() }
+// Attach measures a deployment that runs elsewhere (a cluster, say):
+// connect opens a connection to it, replicas is what its streams get, sync
+// says whether its servers fsync before they acknowledge.
+func Attach(connect func() (*nats.Conn, error), replicas int, sync bool) (*Env, error) {
+	e := &Env{Sync: sync, Replicas: replicas, connect: connect}
+	if err := e.open(); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
 
-// Close stops the server and removes its files.
+func (e *Env) open() error {
+	var err error
+	if e.nc, err = e.Conn(); err != nil {
+		return err
+	}
+	e.js, err = jetstream.New(e.nc)
+	return err
+}
+
+// Conn is a new connection to the server.
+func (e *Env) Conn() (*nats.Conn, error) { return e.connect() }
+
+// Close stops the server it started and removes its files.
 func (e *Env) Close() {
 	if e.nc != nil {
 		e.nc.Close()
 	}
-	e.srv.Shutdown()
-	os.RemoveAll(e.dir)
+	if e.srv != nil {
+		e.srv.Shutdown()
+		os.RemoveAll(e.dir)
+	}
 }
 
-// Mode names the fsync mode.
+// Mode names the fsync mode, and the replicas when more than one.
 func (e *Env) Mode() string {
+	m := "lazy"
 	if e.Sync {
-		return "fsync"
+		m = "fsync"
 	}
-	return "lazy"
+	if e.Replicas > 1 {
+		m += fmt.Sprintf(" R%d", e.Replicas)
+	}
+	return m
 }
 
 // Quiet is the logger of the nodes a benchmark opens.
@@ -114,7 +141,8 @@ func (e *Env) node(id, script string, opts ...lash.Option) (*lash.Node, *nats.Co
 		return nil, nil, err
 	}
 	base := []lash.Option{lash.WithConn(nc), lash.WithModel(scripted.NewModel(scripted.MustParse(script))), lash.WithTools(reg),
-		lash.WithMachine(turn.Config{Model: "scripted"}), lash.WithLogger(Quiet), lash.WithNodeID(id), lash.WithLeaseTTL(5 * time.Second)}
+		lash.WithMachine(turn.Config{Model: "scripted"}), lash.WithLogger(Quiet), lash.WithNodeID(id), lash.WithLeaseTTL(5 * time.Second),
+		lash.WithStreams(streams.Config{Replicas: e.Replicas})}
 	n, err := lash.Open(context.Background(), append(base, opts...)...)
 	if err != nil {
 		nc.Close()

@@ -26,7 +26,7 @@ type Floor struct {
 // like lash's (file storage, no direct gets).
 func (e *Env) MeasureFloor(ctx context.Context, n int) (Floor, error) {
 	st, err := e.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "FLOOR", Subjects: []string{"floor.>"},
-		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute})
+		Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, Replicas: e.Replicas})
 	if err != nil {
 		return Floor{}, err
 	}

@@ -14,15 +14,15 @@ import (
 // that many sessions at once: each of writers goroutines does, for d, what
 // a turn on its own session does on the wire (ADR 0017), one operation
 // after another, with no lash in between: the input's publish, the lease
-// claim (a CAS on a bucket's stream), the next input read, the fence, three
-// records (the third after the checkpoint's read), the commit, the read
-// after it and the release, on three streams made like lash's. It returns
+// claim (a CAS on a bucket's stream), the next input read, the fence, two
+// records, the checkpoint's read, the commit, the read after it and the
+// release, on three streams made like lash's. It returns
 // these "turns" per second: the ceiling of lash's turns/s on the same
 // server, and how far more sessions can raise it.
 func (e *Env) RawTurns(ctx context.Context, writers int, d time.Duration) (float64, error) {
 	for _, name := range []string{"RAWKV", "RAWSESS", "RAWFX"} {
 		if _, err := e.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"},
-			Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute}); err != nil {
+			Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, Replicas: e.Replicas}); err != nil {
 			return 0, err
 		}
 	}
@@ -73,13 +73,13 @@ func (e *Env) RawTurns(ctx context.Context, writers int, d time.Duration) (float
 				if lastLog, err = cas(log, lastLog); !step(err) {
 					return
 				}
-				for k := range 3 {
-					if k == 2 && !step(read(sess, in)) {
-						return
-					}
+				for k := range 2 {
 					if _, err = cas(fmt.Sprintf("RAWFX.%d.%d.%d.%d", run, w, i, k), 0); !step(err) {
 						return
 					}
+				}
+				if !step(read(sess, in)) {
+					return
 				}
 				if lastLog, err = cas(log, lastLog); !step(err) || !step(read(sess, in)) {
 					return

@@ -133,3 +133,51 @@ func TestAnswerStandsForIntents(t *testing.T) {
 		t.Fatalf("the runs wrote %d intents and %d records", intents, records)
 	}
 }
+
+// A checkpoint that finds no input has no record. A run that replays the
+// turn answers it with nothing when the journal goes on past it, even if
+// an input has come since (a different answer would change every request
+// after it), and performs it again when the journal ends before it.
+func TestEmptyCheckpointsUnrecorded(t *testing.T) {
+	r := newRig(t)
+	answered := "after-record " + turn.KindLLMCall.String() + " 5"
+	crashAt(t, r, answered)
+	j := effectlog.New(r.node("reader").Streams())
+	recs, err := j.Load(r.ctx, "s1", "in-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, rec := range recs {
+		kinds = append(kinds, fmt.Sprintf("%d %s", rec.Key.Effect, rec.Key.Kind))
+	}
+	// Sync, model, three calls, (no checkpoint 4), model.
+	want := []string{"1 sync-tools", "2 llm-call", "3 tool-call", "3 tool-call", "3 tool-call", "5 llm-call"}
+	if !slices.Equal(kinds, want) {
+		t.Fatalf("journal before the crash: %v, want %v", kinds, want)
+	}
+	second := r.node("second")
+	if _, _, err := second.Session("s1").Send(r.ctx, "k2", Input{Text: "And in Paris?"}); err != nil {
+		t.Fatal(err)
+	}
+	asked := r.models.Requests()
+	res := runUntilFree(t, second.Session("s1"))
+	if len(res) != 1 || res[0].Outcome.Termination.Reason != turn.NaturalEnd {
+		t.Fatalf("runs %+v", res)
+	}
+	// The checkpoint after the tools was passed with nothing; the one
+	// before the end found the new input and took it into the turn.
+	var texts []string
+	for _, m := range res[0].Outcome.Messages {
+		if m.Role == turn.RoleUser {
+			texts = append(texts, m.Text)
+		}
+	}
+	if !slices.Equal(texts, []string{"Weather?", "And in Paris?"}) || r.models.Requests() != asked+1 {
+		t.Fatalf("user messages %q, model requests %d (were %d)", texts, r.models.Requests(), asked)
+	}
+	rep, err := NewInspector(second.Streams()).VerifyRecorded(r.ctx, turn.Hooks{}, "s1", "")
+	if err != nil || !rep.OK() || len(rep.Turns) != 1 || rep.Turns[0].Verdict != "ok" {
+		t.Fatalf("verify: %+v, %v", rep, err)
+	}
+}
