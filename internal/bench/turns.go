@@ -90,10 +90,16 @@ func EffectCost(ctx context.Context, e *Env, n int) (Result, error) {
 		}
 		start := time.Now()
 		res, err := s.Run(ctx)
-		if err != nil || len(res) != 1 {
+		if err != nil || len(res) != 1 || res[0].Replayed != 0 {
 			return 0, 0, fmt.Errorf("effect cost: %v, %v", res, err)
 		}
-		return time.Since(start), res[0].Executed, nil
+		// The machine's effects, recorded or not: a sync, a model call and
+		// a checkpoint, and a model call, a call and a checkpoint a round.
+		calls := 0
+		for _, m := range res[0].Outcome.Messages {
+			calls += len(m.ToolCalls)
+		}
+		return time.Since(start), 3 + 3*calls, nil
 	}
 	var short, long, cas []time.Duration
 	var shortFx, longFx int
