@@ -119,6 +119,18 @@ func BenchmarkConcurrencyR3(b *testing.B) {
 	b.ReportMetric(rs[7].Ratio, "x-effects/s-16-vs-per-append")
 }
 
+// BenchmarkMemory: the memory a session that ran one turn leaves held.
+func BenchmarkMemory(b *testing.B) {
+	modes(b, func(b *testing.B, e *bench.Env, f bench.Floor) {
+		r, err := bench.MemoryPerSession(b.Context(), e, max(b.N, 2000))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("%s: %.0f %s (%s)", r.Name, r.Value, r.Unit, r.Note)
+		b.ReportMetric(r.Value, "bytes/session")
+	})
+}
+
 // BenchmarkHistory: a turn on a session with 1, 100 and 1000 turns behind.
 func BenchmarkHistory(b *testing.B) {
 	modes(b, func(b *testing.B, e *bench.Env, f bench.Floor) {

@@ -1,0 +1,78 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/lash-run/lash"
+)
+
+// MemoryPerSession runs one turn on each of n new sessions and returns
+// how much more memory the process holds after them, per session: the
+// embedded server's state of the sessions' subjects and whatever the node
+// keeps, with the node keeping no folded states (so what remains is the
+// server's). The server keeps a session's log, input and snapshot subjects
+// for as long as the stream keeps them (for ever), its journal subjects for
+// the journal retention.
+func MemoryPerSession(ctx context.Context, e *Env, n int) (Result, error) {
+	node, nc, err := e.node("memory", loopScript(0), lash.WithStateCache(1, 1<<20), lash.WithConcurrency(16))
+	if err != nil {
+		return Result{}, err
+	}
+	defer nc.Close()
+	defer node.Close(context.Background())
+	// A first turn creates what every session shares.
+	if err := memTurn(ctx, node, "warm"); err != nil {
+		return Result{}, err
+	}
+	before := heap()
+	var next atomic.Int64
+	errs := make(chan error, 16)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				if err := memTurn(ctx, node, fmt.Sprintf("mem-%d", i)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return Result{}, err
+	}
+	per := float64(heap()-before) / float64(n)
+	return Result{Name: fmt.Sprintf("memory per session at %d sessions (%s)", n, e.Mode()), Value: per, Unit: "bytes",
+		Note: "heap held after one turn on each new session, node keeping no states"}, nil
+}
+
+func memTurn(ctx context.Context, node *lash.Node, id string) error {
+	s := node.Session(id)
+	if _, _, err := s.Send(ctx, "k", lash.Input{Text: "hi"}); err != nil {
+		return err
+	}
+	res, err := s.Run(ctx)
+	if err == nil && len(res) != 1 {
+		err = fmt.Errorf("memory: session %s ran %d turns", id, len(res))
+	}
+	return err
+}
+
+// heap is the memory the process's live objects take, after a collection.
+func heap() int64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
+}
