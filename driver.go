@@ -32,8 +32,8 @@ type TurnResult struct {
 	Cursor  uint64
 	Outcome turn.Outcome
 	// Executed counts effects this node performed and recorded; Replayed
-	// those it took from the journal. A checkpoint that found nothing has
-	// no record and counts in neither.
+	// those it took from the journal. A last checkpoint that found nothing
+	// has no record and counts in neither.
 	Executed, Replayed int
 }
 

@@ -13,8 +13,8 @@ import (
 // turn settings (Settings.Journal), so a node never replays a turn whose
 // journal another version wrote. 1: every effect has its record and every
 // tool call its intent. 2: a model answer's record stands for the intents
-// of the calls it asks for, and a checkpoint that found no input has no
-// record (ADR 0017).
+// of the calls it asks for, and a turn's last checkpoint has no record when
+// it found no input (ADR 0017).
 const JournalVersion = 2
 
 // answer is the journaled form of any effect's answer. One shape for all
@@ -55,7 +55,7 @@ func decodeAnswer(b []byte) (*answer, error) {
 }
 
 // empty reports an answer that consumed no input: what a checkpoint that
-// found nothing answers, which is not recorded.
+// found nothing answers.
 func (a *answer) empty() bool { return len(a.Inputs) == 0 && a.Cancel == nil }
 
 // result turns a journaled answer back into the result the machine takes.

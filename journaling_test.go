@@ -134,14 +134,14 @@ func TestAnswerStandsForIntents(t *testing.T) {
 	}
 }
 
-// A checkpoint that finds no input has no record. A run that replays the
-// turn answers it with nothing when the journal goes on past it, even if
-// an input has come since (a different answer would change every request
-// after it), and performs it again when the journal ends before it.
-func TestEmptyCheckpointsUnrecorded(t *testing.T) {
+// A turn's last checkpoint has no record when it finds no input: the
+// commit, fenced, is all its answer leads to. A checkpoint that found
+// nothing and that the turn goes on from is recorded before the next
+// effect. A run that replays a turn whose journal ends before its last
+// checkpoint performs it again, and an input come since joins the turn.
+func TestLastEmptyCheckpointUnrecorded(t *testing.T) {
 	r := newRig(t)
-	answered := "after-record " + turn.KindLLMCall.String() + " 5"
-	crashAt(t, r, answered)
+	crashAt(t, r, "before-commit")
 	j := effectlog.New(r.node("reader").Streams())
 	recs, err := j.Load(r.ctx, "s1", "in-1")
 	if err != nil {
@@ -151,8 +151,9 @@ func TestEmptyCheckpointsUnrecorded(t *testing.T) {
 	for _, rec := range recs {
 		kinds = append(kinds, fmt.Sprintf("%d %s", rec.Key.Effect, rec.Key.Kind))
 	}
-	// Sync, model, three calls, (no checkpoint 4), model.
-	want := []string{"1 sync-tools", "2 llm-call", "3 tool-call", "3 tool-call", "3 tool-call", "5 llm-call"}
+	// Sync, model, three calls, the checkpoint after them, model; no
+	// record of the last checkpoint (6).
+	want := []string{"1 sync-tools", "2 llm-call", "3 tool-call", "3 tool-call", "3 tool-call", "4 checkpoint", "5 llm-call"}
 	if !slices.Equal(kinds, want) {
 		t.Fatalf("journal before the crash: %v, want %v", kinds, want)
 	}
@@ -162,11 +163,9 @@ func TestEmptyCheckpointsUnrecorded(t *testing.T) {
 	}
 	asked := r.models.Requests()
 	res := runUntilFree(t, second.Session("s1"))
-	if len(res) != 1 || res[0].Outcome.Termination.Reason != turn.NaturalEnd {
+	if len(res) != 1 || res[0].Outcome.Termination.Reason != turn.NaturalEnd || res[0].Replayed != 7 {
 		t.Fatalf("runs %+v", res)
 	}
-	// The checkpoint after the tools was passed with nothing; the one
-	// before the end found the new input and took it into the turn.
 	var texts []string
 	for _, m := range res[0].Outcome.Messages {
 		if m.Role == turn.RoleUser {

@@ -199,7 +199,8 @@ func (i *Inspector) verifyTurn(ctx context.Context, cfg turn.Config, session, tu
 	answer := func(key turn.ReplayKey, hash turn.Hash, current string) (*answer, bool) {
 		rec, ok := recorded[key]
 		if !ok && key.Kind == turn.KindCheckpoint && journal >= 2 && len(recorded) > 0 {
-			// The committed turn went past it unrecorded: it found nothing.
+			// A committed turn's last checkpoint, unrecorded: it found
+			// nothing.
 			v.Replayed++
 			return &answer{}, true
 		}
