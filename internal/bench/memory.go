@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"sync"
-	"sync/atomic"
 
 	"github.com/lash-run/lash"
 )
@@ -29,26 +27,8 @@ func MemoryPerSession(ctx context.Context, e *Env, n int) (Result, error) {
 		return Result{}, err
 	}
 	before := heap()
-	var next atomic.Int64
-	errs := make(chan error, 16)
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Go(func() {
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(n) {
-					return
-				}
-				if err := memTurn(ctx, node, fmt.Sprintf("mem-%d", i)); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
+	err = sixteen(0, n, func(i int) error { return memTurn(ctx, node, fmt.Sprintf("mem-%d", i)) })
+	if err != nil {
 		return Result{}, err
 	}
 	per := float64(heap()-before) / float64(n)

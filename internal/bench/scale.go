@@ -92,6 +92,21 @@ func (e *Env) settled(ctx context.Context, bucket string) error {
 
 // seed claims and releases the leases of sessions from..to-1, 16 at once.
 func seed(ctx context.Context, m *leases.Manager, from, to int) error {
+	return sixteen(from, to, func(i int) error {
+		key, err := leases.Key("sess", fmt.Sprintf("seeded-%d", i))
+		if err != nil {
+			return err
+		}
+		l, err := m.Claim(ctx, key, 5*time.Second)
+		if err == nil {
+			err = m.Release(ctx, l)
+		}
+		return err
+	})
+}
+
+// sixteen runs fn for from..to-1, 16 at once, until one fails.
+func sixteen(from, to int, fn func(i int) error) error {
 	var next atomic.Int64
 	next.Store(int64(from))
 	var wg sync.WaitGroup
@@ -103,16 +118,7 @@ func seed(ctx context.Context, m *leases.Manager, from, to int) error {
 				if i >= int64(to) {
 					return
 				}
-				key, err := leases.Key("sess", fmt.Sprintf("seeded-%d", i))
-				if err != nil {
-					errs <- err
-					return
-				}
-				l, err := m.Claim(ctx, key, 5*time.Second)
-				if err == nil {
-					err = m.Release(ctx, l)
-				}
-				if err != nil {
+				if err := fn(int(i)); err != nil {
 					errs <- err
 					return
 				}
