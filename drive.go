@@ -33,10 +33,6 @@ type drive struct {
 	// that stands is this run's.
 	intends   turn.EffectID
 	ownIntent bool
-	// pending is a checkpoint that found nothing, not recorded yet: it is
-	// recorded before the turn's next effect, and never when the turn ends
-	// after it (settle).
-	pending *pendingCheckpoint
 
 	mu sync.Mutex
 	// cursor is the last input this turn consumed; inputs are those it
@@ -95,9 +91,6 @@ func (d *drive) run(ctx context.Context, st *state, in Input, recs []*effectlog.
 		case *turn.Done:
 			return e.Outcome, nil
 		case *turn.ToolCalls:
-			if err := d.settle(ctx); err != nil {
-				return turn.Outcome{}, err
-			}
 			results, cancel, err := d.toolCalls(ctx, e)
 			if err != nil {
 				return turn.Outcome{}, err
@@ -113,9 +106,6 @@ func (d *drive) run(ctx context.Context, st *state, in Input, recs []*effectlog.
 				}
 			}
 		default:
-			if err := d.settle(ctx); err != nil {
-				return turn.Outcome{}, err
-			}
 			if cancelNow {
 				// The turn's own input is a cancel: answer its first
 				// effect with it, journaled like any answer.
@@ -169,7 +159,6 @@ func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) 
 	if !errors.Is(err, effectlog.ErrNotRecorded) {
 		return nil, err // nondeterminism among them: the turn stops here
 	}
-	_, checkpoint := e.(*turn.Checkpoint)
 	if err := d.s.boundaries("before-record", e); err != nil {
 		return nil, err
 	}
@@ -182,15 +171,6 @@ func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) 
 	}
 	a.Took = time.Since(began)
 	a.Request = renderRequest(e)
-	if checkpoint && a.empty() {
-		// Recorded only if the turn goes on (settle): when it ends here,
-		// the commit, fenced, is the only write its answer leads to.
-		d.pending = &pendingCheckpoint{key: h.Key, hash: h.Hash, a: a}
-		if err := d.s.boundaries("after-record", e); err != nil {
-			return nil, err
-		}
-		return a.result(e.Kind(), h.ID)
-	}
 	data, err := encodeAnswer(a)
 	if err != nil {
 		return nil, err
@@ -225,45 +205,6 @@ func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) 
 	d.executed++
 	n.observe(Event{Kind: EventEffectExecuted, Session: d.s.id, Turn: d.turn, Effect: e.Kind().String(), Took: a.Took})
 	return a.result(e.Kind(), h.ID)
-}
-
-// pendingCheckpoint is the answer of a checkpoint that found nothing.
-type pendingCheckpoint struct {
-	key  turn.ReplayKey
-	hash turn.Hash
-	a    *answer
-}
-
-// errMovedOn: another run recorded another answer for a checkpoint this
-// run answered with nothing and went past. The run stops; the next one
-// replays that answer.
-var errMovedOn = errors.New("lash: another run recorded what a checkpoint found; this run's turn went another way")
-
-// settle records the pending checkpoint before the turn's next effect: a
-// record of that effect must never stand beside another run's answer for
-// the checkpoint (first writer wins, on the checkpoint's own key).
-func (d *drive) settle(ctx context.Context) error {
-	p := d.pending
-	if p == nil {
-		return nil
-	}
-	d.pending = nil
-	data, err := encodeAnswer(p.a)
-	if err != nil {
-		return err
-	}
-	rec, won, err := d.s.n.journal.Record(ctx, p.key, p.hash, effectlog.Outcome{Data: data})
-	if err != nil {
-		return err
-	}
-	if !won {
-		if a, err := decodeAnswer(rec.Outcome.Data); err != nil || !a.empty() {
-			return errMovedOn
-		}
-	}
-	d.executed++
-	d.s.n.observe(Event{Kind: EventEffectExecuted, Session: d.s.id, Turn: d.turn, Effect: turn.KindCheckpoint.String(), Took: p.a.Took})
-	return nil
 }
 
 // intended notes the record of effect id, replayed or just written (own:

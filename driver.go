@@ -31,9 +31,8 @@ type TurnResult struct {
 	// Cursor is the last input the turn consumed.
 	Cursor  uint64
 	Outcome turn.Outcome
-	// Executed counts effects this node performed and recorded; Replayed
-	// those it took from the journal. A last checkpoint that found nothing
-	// has no record and counts in neither.
+	// Executed counts effects this node performed; Replayed those it took
+	// from the journal.
 	Executed, Replayed int
 }
 

@@ -12,10 +12,11 @@ import (
 // JournalVersion names how the driver journals a turn. It is part of the
 // turn settings (Settings.Journal), so a node never replays a turn whose
 // journal another version wrote. 1: every effect has its record and every
-// tool call its intent. 2: a model answer's record stands for the intents
-// of the calls it asks for, and a turn's last checkpoint has no record when
-// it found no input (ADR 0017).
-const JournalVersion = 2
+// tool call its intent. 3: a model answer's record stands for the intents
+// of the calls it asks for (ADR 0017). 2 left a turn's empty checkpoints
+// unrecorded and was withdrawn: a run that lost its lease could then take
+// an input at a checkpoint the committed turn passed empty and act on it.
+const JournalVersion = 3
 
 // answer is the journaled form of any effect's answer. One shape for all
 // kinds keeps the codec small; the effect's kind says which fields count.
@@ -53,10 +54,6 @@ func decodeAnswer(b []byte) (*answer, error) {
 	}
 	return &a, nil
 }
-
-// empty reports an answer that consumed no input: what a checkpoint that
-// found nothing answers.
-func (a *answer) empty() bool { return len(a.Inputs) == 0 && a.Cancel == nil }
 
 // result turns a journaled answer back into the result the machine takes.
 func (a *answer) result(kind turn.Kind, id turn.EffectID) (turn.Result, error) {

@@ -118,7 +118,7 @@ func (i *Inspector) verify(ctx context.Context, cfg *turn.Config, hooks turn.Hoo
 				v = TurnVerdict{Turn: le.entry.Turn, Verdict: "failed", Note: "committed as failed: " + body.Outcome.Termination.String()}
 			} else if tcfg, err := i.turnConfig(ctx, cfg, hooks, le.entry); err != nil {
 				v = TurnVerdict{Turn: le.entry.Turn, Verdict: "unverifiable", Note: err.Error()}
-			} else if v, err = i.verifyTurn(ctx, tcfg, session, le.entry.Turn, inputs, st, body, i.journalVersion(ctx, le.entry)); err != nil {
+			} else if v, err = i.verifyTurn(ctx, tcfg, session, le.entry.Turn, inputs, st, body); err != nil {
 				return nil, err
 			}
 			rep.Turns = append(rep.Turns, v)
@@ -129,19 +129,6 @@ func (i *Inspector) verify(ctx context.Context, cfg *turn.Config, hooks turn.Hoo
 		return nil, fmt.Errorf("%w: session %s has no committed turn %q", ErrBadInput, session, turnID)
 	}
 	return rep, nil
-}
-
-// journalVersion is the JournalVersion of the node that committed e, as
-// its settings say; this build's when they cannot be read.
-func (i *Inspector) journalVersion(ctx context.Context, e *sessionlog.Entry) int {
-	if len(e.Settings) == 0 {
-		return 1
-	}
-	s, err := i.Settings(ctx, hex.EncodeToString(e.Settings))
-	if err != nil {
-		return JournalVersion
-	}
-	return max(s.Journal, 1)
 }
 
 // turnConfig is cfg, or else the machine configuration a committed turn
@@ -162,7 +149,7 @@ func (i *Inspector) turnConfig(ctx context.Context, cfg *turn.Config, hooks turn
 	return c, err
 }
 
-func (i *Inspector) verifyTurn(ctx context.Context, cfg turn.Config, session, turnID, inputs string, st *state, committed *sessionlog.TurnBody, journal int) (TurnVerdict, error) {
+func (i *Inspector) verifyTurn(ctx context.Context, cfg turn.Config, session, turnID, inputs string, st *state, committed *sessionlog.TurnBody) (TurnVerdict, error) {
 	v := TurnVerdict{Turn: turnID, Verdict: "ok"}
 	seq, ok := turnInput(turnID)
 	if !ok {
@@ -198,12 +185,6 @@ func (i *Inspector) verifyTurn(ctx context.Context, cfg turn.Config, session, tu
 	// answer returns the recorded answer at key, or a verdict.
 	answer := func(key turn.ReplayKey, hash turn.Hash, current string) (*answer, bool) {
 		rec, ok := recorded[key]
-		if !ok && key.Kind == turn.KindCheckpoint && journal >= 2 && len(recorded) > 0 {
-			// A committed turn's last checkpoint, unrecorded: it found
-			// nothing.
-			v.Replayed++
-			return &answer{}, true
-		}
 		if !ok {
 			v.Verdict, v.Note = "unverifiable", fmt.Sprintf("%s is not in the journal (past its retention?)", key)
 			return nil, false

@@ -15,8 +15,8 @@ import (
 // a turn on its own session does on the wire (ADR 0017), one operation
 // after another, with no lash in between: the input's publish, the lease
 // claim (a CAS on a bucket's stream), the next input read, the fence, two
-// records, the checkpoint's read, the commit, the read after it and the
-// release, on three streams made like lash's. It returns
+// records, the checkpoint's read and record, the commit, the read after it
+// and the release, on three streams made like lash's. It returns
 // these "turns" per second: the ceiling of lash's turns/s on the same
 // server, and how far more sessions can raise it.
 func (e *Env) RawTurns(ctx context.Context, writers int, d time.Duration) (float64, error) {
@@ -79,6 +79,9 @@ func (e *Env) RawTurns(ctx context.Context, writers int, d time.Duration) (float
 					}
 				}
 				if !step(read(sess, in)) {
+					return
+				}
+				if _, err = cas(fmt.Sprintf("RAWFX.%d.%d.%d.c", run, w, i), 0); !step(err) {
 					return
 				}
 				if lastLog, err = cas(log, lastLog); !step(err) || !step(read(sess, in)) {

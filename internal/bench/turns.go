@@ -14,9 +14,9 @@ import (
 // checkpoint) until its commit, run by a serving node on a session it ran
 // before: the input's publish and delivery, the lease claim, the next
 // input read, the fence, two records, the checkpoint's read of the inputs
-// (which finds none, and records nothing), the commit. ADR 0017 lists them, with those after the commit.
+// and its record, the commit. ADR 0017 lists them, with those after the commit.
 const (
-	turnWrites = 5 // claim, fence, two records, commit (the input is in Hop)
+	turnWrites = 6 // claim, fence, three records, commit (the input is in Hop)
 	turnReads  = 2 // next input, checkpoint
 )
 
