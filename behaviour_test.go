@@ -32,24 +32,50 @@ default
   say Oslo is cold.
 `
 
+// injectPairScript asks for two calls in one round: the checkpoint after
+// it has a record of its own.
+const injectPairScript = `
+rule lookup
+  when tools = 0
+  call weather {"city":"Oslo"}
+  call weather {"city":"Lima"}
+
+rule tomorrow
+  when user contains tomorrow
+  say Tomorrow looks the same.
+
+default
+  say Oslo is cold.
+`
+
 // An input sent while a turn runs is injected at its next checkpoint, once;
-// also when the node dies right after that checkpoint was recorded.
+// also when the node dies right after the record that holds that
+// checkpoint's answer: the call's own after a round of one call, the
+// checkpoint's after a round of two.
 func TestInputInjectedAtCheckpoint(t *testing.T) {
-	for _, crash := range []bool{false, true} {
-		t.Run(map[bool]string{false: "no-crash", true: "crash-after-checkpoint"}[crash], func(t *testing.T) {
+	cases := []struct {
+		name, script, send, crashAt string
+	}{
+		{"one-call", injectScript, "before-record tool call_1", ""},
+		{"one-call-crash", injectScript, "before-record tool call_1", "after-record tool call_1"},
+		{"two-calls", injectPairScript, "before-record checkpoint", ""},
+		{"two-calls-crash", injectPairScript, "before-record checkpoint", "after-record checkpoint"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
 			r := newRig(t)
-			r.models = testenv.RunModelServer(t, scripted.MustParse(injectScript))
+			r.models = testenv.RunModelServer(t, scripted.MustParse(c.script))
 			conn := r.conn()
 			var other *Session
 			sent, crashed := false, false
 			first := r.nodeOn(conn, "first", withBoundary(func(name string) error {
 				switch {
-				case name == "before-record checkpoint" && !sent:
+				case name == c.send && !sent:
 					sent = true
 					if _, _, err := other.Send(context.Background(), "k2", Input{Text: "and tomorrow?"}); err != nil {
 						t.Error(err)
 					}
-				case name == "after-record checkpoint" && crash && !crashed:
+				case name == c.crashAt && !crashed:
 					crashed = true
 					conn.Close()
 					return errCrash
@@ -63,15 +89,18 @@ func TestInputInjectedAtCheckpoint(t *testing.T) {
 			}
 			res, err := s.Run(r.ctx)
 			runner := first
-			if crash {
-				if err == nil {
-					t.Fatal("the first node did not crash")
+			if c.crashAt != "" {
+				if err == nil || !crashed {
+					t.Fatalf("the first node did not crash: %v", err)
 				}
 				first.Close(context.Background())
 				runner = r.node("second")
 				res = append(res, runUntilFree(t, runner.Session("s1"))...)
 			} else if err != nil {
 				t.Fatal(err)
+			}
+			if !sent {
+				t.Fatal("the input was never sent")
 			}
 			if len(res) != 1 {
 				t.Fatalf("%d turns; the injected input must not start another", len(res))
@@ -90,6 +119,52 @@ func TestInputInjectedAtCheckpoint(t *testing.T) {
 				t.Fatalf("after the turn: %d more turns, %v", len(more), err)
 			}
 		})
+	}
+}
+
+// The answer a call's record holds for the checkpoint after it stands: a
+// run that finishes the turn after a crash takes it from the record and
+// does not read the inputs again there, so an input sent after that record
+// is injected at the next checkpoint (after the model's answer), not this one.
+func TestCarriedCheckpointStands(t *testing.T) {
+	r := newRig(t)
+	r.models = testenv.RunModelServer(t, scripted.MustParse(injectScript))
+	conn := r.conn()
+	first := r.nodeOn(conn, "first", withBoundary(func(name string) error {
+		if name == "after-record tool call_1" {
+			conn.Close()
+			return errCrash
+		}
+		return nil
+	}))
+	s := first.Session("s1")
+	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather in Oslo?"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Run(r.ctx); err == nil {
+		t.Fatal("the first node did not crash")
+	}
+	first.Close(context.Background())
+	second := r.node("second")
+	if _, _, err := second.Session("s1").Send(r.ctx, "k2", Input{Text: "and tomorrow?"}); err != nil {
+		t.Fatal(err)
+	}
+	res := runUntilFree(t, second.Session("s1"))
+	if len(res) != 1 || res[0].Replayed == 0 {
+		t.Fatalf("turns %+v", res)
+	}
+	tr, err := second.Session("s1").Transcript(r.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []turn.Message{{Role: turn.RoleUser, Text: "Weather in Oslo?"}, {Role: turn.RoleAssistant}, {Role: turn.RoleTool, Text: "2C snow"},
+		{Role: turn.RoleAssistant, Text: "Oslo is cold."}, {Role: turn.RoleUser, Text: "and tomorrow?"}, {Role: turn.RoleAssistant, Text: "Tomorrow looks the same."}}
+	ok := len(tr) == len(want)
+	for k := 0; ok && k < len(want); k++ {
+		ok = tr[k].Role == want[k].Role && tr[k].Text == want[k].Text
+	}
+	if !ok {
+		t.Fatalf("transcript %+v", tr)
 	}
 }
 

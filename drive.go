@@ -33,6 +33,13 @@ type drive struct {
 	// that stands is this run's.
 	intends   turn.EffectID
 	ownIntent bool
+	// next is what the record of the last effect answered for the
+	// checkpoint after it (answer.Next), that checkpoint's id and place,
+	// and whether this run wrote the record.
+	next    *answer
+	nextID  turn.EffectID
+	nextAt  turn.CheckpointKind
+	nextOwn bool
 
 	mu sync.Mutex
 	// cursor is the last input this turn consumed; inputs are those it
@@ -144,6 +151,23 @@ type cancelled struct {
 func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) {
 	n := d.s.n
 	h := e.Head()
+	next, own := d.next, d.nextOwn
+	d.next = nil
+	if _, ok := e.(*turn.Checkpoint); ok && next != nil && h.ID == d.nextID {
+		if want := turn.CheckpointHash(d.nextAt); h.Hash != want {
+			return nil, &effectlog.NondeterminismError{Key: h.Key, Recorded: want, Current: h.Hash}
+		}
+		d.took(next)
+		kind := EventEffectReplayed
+		if own {
+			d.executed++
+			kind = EventEffectExecuted
+		} else {
+			d.replayed++
+		}
+		n.observe(Event{Kind: kind, Session: d.s.id, Turn: d.turn, Effect: e.Kind().String()})
+		return next.result(e.Kind(), h.ID)
+	}
 	rec, err := d.lookup(h.Key, h.Hash)
 	if err == nil {
 		a, err := decodeAnswer(rec.Outcome.Data)
@@ -153,6 +177,7 @@ func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) 
 		d.took(a)
 		d.replayed++
 		d.intended(h.ID, rec, false)
+		d.next, d.nextID, d.nextAt, d.nextOwn = a.Next, h.ID+1, turn.BeforeFinish, false
 		n.observe(Event{Kind: EventEffectReplayed, Session: d.s.id, Turn: d.turn, Effect: e.Kind().String()})
 		return a.result(e.Kind(), h.ID)
 	}
@@ -171,11 +196,15 @@ func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) 
 	}
 	a.Took = time.Since(began)
 	a.Request = renderRequest(e)
-	data, err := encodeAnswer(a)
+	if answersNext(a) {
+		a.Next = d.peek(ctx)
+	}
+	max := n.client.Config().MaxPayloadBytes
+	data, err := encodeRecord(a, max)
 	if err != nil {
 		return nil, err
 	}
-	if max := n.client.Config().MaxPayloadBytes; int64(len(data)) > max && a.Response != nil {
+	if int64(len(data)) > max && a.Response != nil {
 		// A model answer over the ceiling is the model's failure, recorded
 		// once: calling again would pay for the same answer.
 		a = &answer{CallErr: &turn.CallError{Code: codeAnswerTooLarge,
@@ -198,6 +227,7 @@ func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) 
 		return nil, err
 	}
 	d.intended(h.ID, rec, won)
+	d.next, d.nextID, d.nextAt, d.nextOwn = a.Next, h.ID+1, turn.BeforeFinish, won
 	if err := d.s.boundaries("after-record", e); err != nil {
 		return nil, err
 	}
@@ -214,6 +244,29 @@ func (d *drive) intended(id turn.EffectID, rec *effectlog.Record, own bool) {
 	if rec.Outcome.Intends {
 		d.intends, d.ownIntent = id, own
 	}
+}
+
+// peek reads what the checkpoint after the effect being answered would
+// find, for that effect's record to carry. Without it (the read failed)
+// the checkpoint reads and records on its own.
+func (d *drive) peek(ctx context.Context) *answer {
+	a, err := d.arrived(ctx)
+	if err != nil {
+		return nil
+	}
+	return a
+}
+
+// encodeRecord encodes a for its record, without the next checkpoint's
+// answer when both would not fit in max bytes: the checkpoint then reads
+// and records on its own.
+func encodeRecord(a *answer, max int64) ([]byte, error) {
+	data, err := encodeAnswer(a)
+	if err != nil || int64(len(data)) <= max || a.Next == nil {
+		return data, err
+	}
+	a.Next = nil
+	return encodeAnswer(a)
 }
 
 // codeAnswerTooLarge is the call error recorded for a model answer above
@@ -352,7 +405,12 @@ func (d *drive) publish(ev LiveEvent) {
 // cancel is then its reason, and the calls without a result are left out.
 func (d *drive) toolCalls(ctx context.Context, batch *turn.ToolCalls) ([]turn.ToolResult, *string, error) {
 	n := d.s.n
+	d.next = nil
 	results := make([]turn.ToolResult, len(batch.Calls))
+	// A round of one call records the checkpoint after it in the call's
+	// record; with more, one call would have to wait for the others.
+	var next *answer
+	nextOwn, carry := false, len(batch.Calls) == 1
 	replay := func(pc turn.PendingCall) (bool, error) {
 		rec, err := d.lookup(pc.Key, pc.Hash)
 		if errors.Is(err, effectlog.ErrNotRecorded) {
@@ -373,6 +431,7 @@ func (d *drive) toolCalls(ctx context.Context, batch *turn.ToolCalls) ([]turn.To
 				results[i] = *a.Result
 			}
 		}
+		next = a.Next
 		d.replayed++
 		n.observe(Event{Kind: EventEffectReplayed, Session: d.s.id, Turn: d.turn, Effect: batch.Kind().String()})
 		return true, nil
@@ -412,7 +471,16 @@ func (d *drive) toolCalls(ctx context.Context, batch *turn.ToolCalls) ([]turn.To
 		if ok {
 			continue
 		}
-		wg.Go(func() { results[i], errs[i] = d.toolCall(ectx, pc, cause) })
+		wg.Go(func() {
+			a, own, err := d.toolCall(ectx, pc, cause, carry)
+			errs[i] = err
+			if a != nil {
+				results[i] = *a.Result
+			}
+			if a != nil && carry { // the only call of the round
+				next, nextOwn = a.Next, own
+			}
+		})
 	}
 	wg.Wait()
 	if stop := done(); stop != nil {
@@ -441,6 +509,9 @@ func (d *drive) toolCalls(ctx context.Context, batch *turn.ToolCalls) ([]turn.To
 	if err := errors.Join(errs...); err != nil {
 		return nil, nil, err
 	}
+	if carry {
+		d.next, d.nextID, d.nextAt, d.nextOwn = next, batch.H.ID+1, turn.AfterTools, nextOwn
+	}
 	return results, nil, nil
 }
 
@@ -455,7 +526,10 @@ const (
 	causeReplayed
 )
 
-func (d *drive) toolCall(ctx context.Context, pc turn.PendingCall, cause intentCause) (turn.ToolResult, error) {
+// toolCall runs one call and records its result, with what the checkpoint
+// after the round finds when carry is set. It returns the answer that
+// stands, and whether this run wrote it.
+func (d *drive) toolCall(ctx context.Context, pc turn.PendingCall, cause intentCause, carry bool) (*answer, bool, error) {
 	n := d.s.n
 	inDoubt := false
 	switch {
@@ -466,7 +540,7 @@ func (d *drive) toolCall(ctx context.Context, pc turn.PendingCall, cause intentC
 		// Another run may have started the call and died before its record.
 		var err error
 		if inDoubt, err = n.journal.InDoubt(ctx, pc.Key); err != nil {
-			return turn.ToolResult{}, err
+			return nil, false, err
 		}
 	}
 	attempt := 1
@@ -475,16 +549,16 @@ func (d *drive) toolCall(ctx context.Context, pc turn.PendingCall, cause intentC
 	}
 	if cause == causeNone {
 		if err := n.journal.Started(ctx, pc.Key, attempt); err != nil {
-			return turn.ToolResult{}, err
+			return nil, false, err
 		}
 	}
 	if err := d.s.boundary("before-record tool " + pc.Call.ID); err != nil {
-		return turn.ToolResult{}, err
+		return nil, false, err
 	}
 	began := time.Now()
 	res, err := n.runner.Invoke(ctx, pc, attempt, inDoubt)
 	if err != nil {
-		return turn.ToolResult{}, err // interrupted: record nothing
+		return nil, false, err // interrupted: record nothing
 	}
 	took := time.Since(began)
 	if max := n.client.Config().MaxPayloadBytes; int64(len(res.Output)) > max-4<<10 {
@@ -493,27 +567,31 @@ func (d *drive) toolCall(ctx context.Context, pc turn.PendingCall, cause intentC
 		res = turn.ToolResult{CallID: pc.Call.ID, Status: turn.ToolError,
 			Output: fmt.Sprintf("the tool's result takes %d bytes, more than the %d bytes lash keeps", len(res.Output), max-4<<10)}
 	}
-	data, err := encodeAnswer(&answer{Result: &res, Took: took, Request: renderCall(pc)})
-	if err != nil {
-		return turn.ToolResult{}, err
+	a := &answer{Result: &res, Took: took, Request: renderCall(pc)}
+	if carry {
+		a.Next = d.peek(ctx)
 	}
-	rec, _, err := n.journal.Record(ctx, pc.Key, pc.Hash, effectlog.Outcome{Data: data})
+	data, err := encodeRecord(a, n.client.Config().MaxPayloadBytes)
 	if err != nil {
-		return turn.ToolResult{}, err
+		return nil, false, err
 	}
-	a, err := decodeAnswer(rec.Outcome.Data)
+	rec, won, err := n.journal.Record(ctx, pc.Key, pc.Hash, effectlog.Outcome{Data: data})
+	if err != nil {
+		return nil, false, err
+	}
+	a, err = decodeAnswer(rec.Outcome.Data)
 	if err == nil && a.Result == nil {
 		err = terminal(FailUnreadableJournal, fmt.Errorf("lash: journal record for %s holds no tool result", pc.Key))
 	}
 	if err != nil {
-		return turn.ToolResult{}, err
+		return nil, false, err
 	}
 	if err := d.s.boundary("after-record tool " + pc.Call.ID); err != nil {
-		return turn.ToolResult{}, err
+		return nil, false, err
 	}
 	d.mu.Lock()
 	d.executed++
 	d.mu.Unlock()
 	n.observe(Event{Kind: EventEffectExecuted, Session: d.s.id, Turn: d.turn, Effect: turn.KindToolCalls.String(), Took: took})
-	return *a.Result, nil
+	return a, won, nil
 }

@@ -205,6 +205,9 @@ type JournalEntry struct {
 	// that run performed it. Neither is set while the turn is uncommitted.
 	Replayed bool `json:"replayed"`
 	Executed bool `json:"executed"`
+	// In names the record that holds this checkpoint's answer, when it is
+	// the record of the effect before it (ADR 0017); Hash is then empty.
+	In string `json:"in,omitempty"`
 }
 
 // Journal lists the recorded effects of a turn in the order they were
@@ -241,6 +244,13 @@ func (i *Inspector) Journal(ctx context.Context, session, turnID string) ([]Jour
 			je.Replayed = !je.Executed
 		}
 		out = append(out, je)
+		if a, err := decodeAnswer(r.Outcome.Data); err == nil && a.Next != nil && !r.Outcome.Failed {
+			next := je
+			next.Key = turn.ReplayKey{Session: r.Key.Session, Turn: r.Key.Turn, Iteration: r.Key.Iteration, Kind: turn.KindCheckpoint, Effect: r.Key.Effect + 1}
+			next.Name, next.Kind, next.Call, next.Hash, next.In = next.Key.String(), next.Key.Kind.String(), "", "", je.Name
+			next.Summary, next.Took = summarizeAnswer(next.Key, a.Next)
+			out = append(out, next)
+		}
 	}
 	return out, nil
 }
@@ -254,6 +264,10 @@ func summarize(r *effectlog.Record) (string, time.Duration) {
 	if err != nil {
 		return "unreadable: " + err.Error(), 0
 	}
+	return summarizeAnswer(r.Key, a)
+}
+
+func summarizeAnswer(key turn.ReplayKey, a *answer) (string, time.Duration) {
 	clip := func(s string) string {
 		s = strings.Join(strings.Fields(s), " ")
 		if len(s) > 80 {
@@ -280,9 +294,9 @@ func summarize(r *effectlog.Record) (string, time.Duration) {
 		s = "model error: " + clip(a.CallErr.Message)
 	case a.Result != nil:
 		s = toolStatus(a.Result.Status) + ": " + strconv.Quote(clip(a.Result.Output))
-	case r.Key.Kind == turn.KindSyncTools:
+	case key.Kind == turn.KindSyncTools:
 		s = fmt.Sprintf("%d tools", len(a.Tools))
-	case r.Key.Kind == turn.KindAwaitEvent && a.TimedOut:
+	case key.Kind == turn.KindAwaitEvent && a.TimedOut:
 		s = "timed out"
 	default:
 		s = fmt.Sprintf("%d messages, %d decisions", len(a.Messages), len(a.Decisions))

@@ -13,10 +13,13 @@ import (
 // turn settings (Settings.Journal), so a node never replays a turn whose
 // journal another version wrote. 1: every effect has its record and every
 // tool call its intent. 3: a model answer's record stands for the intents
-// of the calls it asks for (ADR 0017). 2 left a turn's empty checkpoints
-// unrecorded and was withdrawn: a run that lost its lease could then take
-// an input at a checkpoint the committed turn passed empty and act on it.
-const JournalVersion = 3
+// of the calls it asks for (ADR 0017). 4: besides, the checkpoint right
+// after a model answer without tool calls, or after a round of one call,
+// is answered in that answer's record (answer.Next). 2 left a turn's empty
+// checkpoints unrecorded and was withdrawn: a run that lost its lease could
+// then take an input at a checkpoint the committed turn passed empty and
+// act on it.
+const JournalVersion = 4
 
 // answer is the journaled form of any effect's answer. One shape for all
 // kinds keeps the codec small; the effect's kind says which fields count.
@@ -43,9 +46,21 @@ type answer struct {
 	// Inputs are the inputs a checkpoint, a wait or an interrupt consumed,
 	// with their keys, for the turn's commit.
 	Inputs []sessionlog.InputUse `msgpack:"in,omitempty"`
+	// Next is the answer of the checkpoint the machine asks for right
+	// after this effect, read before this record was written and stored
+	// with it: a round costs one write less, and as the answer lives in
+	// the only record its effect can have, no run finds another one.
+	Next *answer `msgpack:"next,omitempty"`
 }
 
 func encodeAnswer(a *answer) ([]byte, error) { return msgpack.Marshal(a) }
+
+// answersNext says whether the record of a model answer carries the
+// answer of the checkpoint after it: the machine asks for one after an
+// answer without tool calls (and for none after a cancel or an error).
+func answersNext(a *answer) bool {
+	return a.Response != nil && len(a.Response.ToolCalls) == 0 && a.Cancel == nil && a.CallErr == nil
+}
 
 func decodeAnswer(b []byte) (*answer, error) {
 	var a answer

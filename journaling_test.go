@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/lash-run/lash/effectlog"
+	"github.com/lash-run/lash/provider/scripted"
+	"github.com/lash-run/lash/testenv"
 	"github.com/lash-run/lash/tools"
 	"github.com/lash-run/lash/turn"
 	"github.com/nats-io/nats.go"
@@ -131,5 +133,60 @@ func TestAnswerStandsForIntents(t *testing.T) {
 	}
 	if intents != 0 || records < 10 {
 		t.Fatalf("the runs wrote %d intents and %d records", intents, records)
+	}
+}
+
+// A checkpoint right after a model answer without tool calls, or after a
+// round of one call, is answered in that effect's record: a turn of one
+// call writes four records for its six effects. After a round of three
+// calls the checkpoint has its own record (a call must not wait for the
+// others to be recorded).
+func TestCheckpointAnsweredInRecordBefore(t *testing.T) {
+	cases := []struct {
+		name, script, text string
+		records, effects   int
+	}{
+		// sync, model, the call (+ checkpoint), model (+ checkpoint)
+		{"one call", injectScript, "Weather in Oslo?", 4, 6},
+		// sync, model, three calls, checkpoint, model (+ checkpoint)
+		{"three calls", weatherScript, "Weather in Oslo, Lima and Pune?", 7, 8},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := newRig(t)
+			r.models = testenv.RunModelServer(t, scripted.MustParse(c.script))
+			node := r.node("a")
+			var mu sync.Mutex
+			records := 0
+			nc := r.conn()
+			sub, err := nc.Subscribe(node.Streams().Config().Prefix+".fx.>", func(m *nats.Msg) {
+				mu.Lock()
+				records++
+				mu.Unlock()
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Unsubscribe()
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			s := node.Session("s1")
+			if _, _, err := s.Send(r.ctx, "k", Input{Text: c.text}); err != nil {
+				t.Fatal(err)
+			}
+			res, err := s.Run(r.ctx)
+			if err != nil || len(res) != 1 {
+				t.Fatalf("run: %+v, %v", res, err)
+			}
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if res[0].Executed != c.effects || records != c.records {
+				t.Fatalf("%d effects executed with %d records, want %d with %d", res[0].Executed, records, c.effects, c.records)
+			}
+		})
 	}
 }

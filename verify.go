@@ -182,6 +182,10 @@ func (i *Inspector) verifyTurn(ctx context.Context, cfg turn.Config, session, tu
 	if err != nil {
 		return v, err
 	}
+	// next is what the last record answered for the checkpoint after it.
+	var next *answer
+	var nextID turn.EffectID
+	var nextAt turn.CheckpointKind
 	// answer returns the recorded answer at key, or a verdict.
 	answer := func(key turn.ReplayKey, hash turn.Hash, current string) (*answer, bool) {
 		rec, ok := recorded[key]
@@ -216,6 +220,7 @@ func (i *Inspector) verifyTurn(ctx context.Context, cfg turn.Config, session, tu
 			}
 			return v, nil
 		case *turn.ToolCalls:
+			next = nil
 			var cancel *string
 			if rec, ok := recorded[e.H.Key]; ok {
 				// A cancelled round: the calls recorded before it stand.
@@ -237,6 +242,9 @@ func (i *Inspector) verifyTurn(ctx context.Context, cfg turn.Config, session, tu
 					return v, nil
 				}
 				results = append(results, *a.Result)
+				if cancel == nil && len(e.Calls) == 1 {
+					next, nextID, nextAt = a.Next, e.H.ID+1, turn.AfterTools
+				}
 			}
 			if len(results) > 0 {
 				if err := mach.Deliver(turn.ToolResults{ID: e.H.ID, Results: results}); err != nil {
@@ -250,9 +258,19 @@ func (i *Inspector) verifyTurn(ctx context.Context, cfg turn.Config, session, tu
 			}
 		default:
 			h := e.Head()
-			a, ok := answer(h.Key, h.Hash, renderRequest(e))
-			if !ok {
+			a, ok := next, true
+			next = nil
+			if _, cp := e.(*turn.Checkpoint); !cp || a == nil || h.ID != nextID {
+				if a, ok = answer(h.Key, h.Hash, renderRequest(e)); !ok {
+					return v, nil
+				}
+				next, nextID, nextAt = a.Next, h.ID+1, turn.BeforeFinish
+			} else if want := turn.CheckpointHash(nextAt); h.Hash != want {
+				v.Verdict, v.Divergence = "diverged", &Divergence{Key: h.Key.String(), Recorded: want.String(), Current: h.Hash.String(),
+					Detail: "the current machine asks for another checkpoint here: replay would stop with a nondeterminism error"}
 				return v, nil
+			} else {
+				v.Replayed++
 			}
 			r, err := a.result(e.Kind(), h.ID)
 			if err != nil {

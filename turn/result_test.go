@@ -43,3 +43,54 @@ func TestCallErrorRetryAfterIsJournaled(t *testing.T) {
 		t.Fatalf("a zero RetryAfter is encoded: %x", plain)
 	}
 }
+
+// CheckpointHash is the hash the machine gives its checkpoints: after a
+// tool round and before it finishes.
+func TestCheckpointHash(t *testing.T) {
+	m, err := New(Config{Model: "m"}, Start{Session: "s", Turn: "t", Input: Input{Messages: []Message{{Role: RoleUser, Text: "hi"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	answers := []func(id EffectID) Result{
+		func(id EffectID) Result { return ToolsSynced{ID: id, Tools: []ToolSpec{{Name: "read"}}} },
+		func(id EffectID) Result {
+			return LLMResult{ID: id, Response: &ModelResponse{Finish: FinishToolCalls, ToolCalls: []ToolCall{{ID: "c1", Name: "read", Arguments: "{}"}}}}
+		},
+		nil, // the tool round
+		nil, // checkpoint after tools
+		func(id EffectID) Result {
+			return LLMResult{ID: id, Response: &ModelResponse{Text: "done", Finish: FinishStop}}
+		},
+		nil, // checkpoint before finish
+	}
+	var seen []CheckpointKind
+	for _, answer := range answers {
+		var e Effect
+		for e = m.Next(); ; e = m.Next() {
+			if _, ok := e.(*Progress); !ok {
+				if _, ok := e.(*Emit); !ok {
+					break
+				}
+			}
+		}
+		var r Result
+		switch e := e.(type) {
+		case *ToolCalls:
+			r = ToolResults{ID: e.H.ID, Results: []ToolResult{{CallID: "c1", Status: ToolOK, Output: "x"}}}
+		case *Checkpoint:
+			if e.H.Hash != CheckpointHash(e.At) {
+				t.Fatalf("checkpoint %s hashes %s, CheckpointHash says %s", e.At, e.H.Hash, CheckpointHash(e.At))
+			}
+			seen = append(seen, e.At)
+			r = CheckpointResult{ID: e.H.ID}
+		default:
+			r = answer(e.Head().ID)
+		}
+		if err := m.Deliver(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(seen) != 2 || seen[0] != AfterTools || seen[1] != BeforeFinish || CheckpointHash(AfterTools) == CheckpointHash(BeforeFinish) {
+		t.Fatalf("checkpoints %v", seen)
+	}
+}

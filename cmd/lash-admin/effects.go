@@ -17,6 +17,9 @@ var effectsCmd = &command{
 replay key (iteration/kind/effect[/call]), the kind, the request hash (short), what the
 outcome was, whether the run that committed the turn replayed it from the journal or
 executed it, the node that recorded it, how long it took and when it was recorded.
+A checkpoint right after a model answer without tool calls, or after a round of one
+tool call, is answered in that effect's record: it shows with no hash of its own, and
+its "in" names the record (--json).
 TURN is a turn id ("in-7") or the sequence of the input that started it ("7").`,
 	min: 2, max: 2,
 	check: func(a *app, args []string) error { return a.checkTurn(args[1]) },
@@ -36,6 +39,7 @@ type effectJSON struct {
 	Run        string    `json:"run"`
 	TookMS     float64   `json:"took_ms"`
 	RecordedAt time.Time `json:"recorded_at"`
+	In         string    `json:"in,omitempty"`
 }
 
 type effectsJSON struct {
@@ -66,7 +70,7 @@ func runEffects(a *app, args []string) error {
 	for _, j := range js {
 		out.Effects = append(out.Effects, effectJSON{Key: j.Name, Kind: j.Kind, Call: j.Call, Hash: j.Hash, Summary: j.Summary,
 			Failed: j.Failed, Replayed: j.Replayed, Executed: j.Executed, Recorder: j.Recorder, Run: j.Run,
-			TookMS: ms(j.Took), RecordedAt: utc(j.RecordedAt)})
+			TookMS: ms(j.Took), RecordedAt: utc(j.RecordedAt), In: j.In})
 	}
 	return a.emit(out, func(w io.Writer) {
 		row(w, "KEY", "KIND", "HASH", "OUTCOME", "RUN", "RECORDER", "TOOK", "RECORDED AT")
@@ -78,7 +82,11 @@ func runEffects(a *app, args []string) error {
 			case j.Executed:
 				run = "executed"
 			}
-			row(w, shortKey(j.Name, id, tid), j.Kind, j.Hash[:min(8, len(j.Hash))], clip(j.Summary, 72), run, j.Recorder,
+			hash := j.Hash[:min(8, len(j.Hash))]
+			if j.In != "" {
+				hash = "(above)"
+			}
+			row(w, shortKey(j.Name, id, tid), j.Kind, hash, clip(j.Summary, 72), run, j.Recorder,
 				fmtDuration(j.Took), fmtTime(j.RecordedAt))
 		}
 		if len(js) == 0 {

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/lash-run/lash"
@@ -106,6 +107,19 @@ func (e *Env) Mode() string {
 		m += fmt.Sprintf(" R%d", e.Replicas)
 	}
 	return m
+}
+
+// appends is how many messages were ever appended to lash's streams (the
+// sum of their last sequences): with one server, each is flushed alone.
+func (e *Env) appends(ctx context.Context) (uint64, error) {
+	var sum uint64
+	l := e.js.ListStreams(ctx)
+	for info := range l.Info() {
+		if strings.Contains(info.Config.Name, "LASH") {
+			sum += info.State.LastSeq
+		}
+	}
+	return sum, l.Err()
 }
 
 // Quiet is the logger of the nodes a benchmark opens.

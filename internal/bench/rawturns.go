@@ -14,8 +14,9 @@ import (
 // that many sessions at once: each of writers goroutines does, for d, what
 // a turn on its own session does on the wire (ADR 0017), one operation
 // after another, with no lash in between: the input's publish, the lease
-// claim (a CAS on a bucket's stream), the next input read, the fence, two
-// records, the checkpoint's read and record, the commit, the read after it
+// claim (a CAS on a bucket's stream), the next input read, the fence, the
+// tools' record, the checkpoint's read, the model answer's record (which
+// holds the checkpoint's answer), the commit, the read after it
 // and the release, on three streams made like lash's. It returns
 // these "turns" per second: the ceiling of lash's turns/s on the same
 // server, and how far more sessions can raise it.
@@ -73,15 +74,10 @@ func (e *Env) RawTurns(ctx context.Context, writers int, d time.Duration) (float
 				if lastLog, err = cas(log, lastLog); !step(err) {
 					return
 				}
-				for k := range 2 {
-					if _, err = cas(fmt.Sprintf("RAWFX.%d.%d.%d.%d", run, w, i, k), 0); !step(err) {
-						return
-					}
-				}
-				if !step(read(sess, in)) {
+				if _, err = cas(fmt.Sprintf("RAWFX.%d.%d.%d.t", run, w, i), 0); !step(err) || !step(read(sess, in)) {
 					return
 				}
-				if _, err = cas(fmt.Sprintf("RAWFX.%d.%d.%d.c", run, w, i), 0); !step(err) {
+				if _, err = cas(fmt.Sprintf("RAWFX.%d.%d.%d.m", run, w, i), 0); !step(err) {
 					return
 				}
 				if lastLog, err = cas(log, lastLog); !step(err) || !step(read(sess, in)) {

@@ -13,10 +13,11 @@ import (
 // The round trips of the smallest turn (a sync of tools, a model call, a
 // checkpoint) until its commit, run by a serving node on a session it ran
 // before: the input's publish and delivery, the lease claim, the next
-// input read, the fence, two records, the checkpoint's read of the inputs
-// and its record, the commit. ADR 0017 lists them, with those after the commit.
+// input read, the fence, the tools' record, the checkpoint's read of the
+// inputs, the model answer's record (which holds the checkpoint's answer),
+// the commit. ADR 0017 lists them, with those after the commit.
 const (
-	turnWrites = 6 // claim, fence, three records, commit (the input is in Hop)
+	turnWrites = 5 // claim, fence, two records, commit (the input is in Hop)
 	turnReads  = 2 // next input, checkpoint
 )
 
@@ -133,8 +134,10 @@ func EffectCost(ctx context.Context, e *Env, n int) (Result, error) {
 
 // Throughput runs turns on that many sessions at once, each sending its
 // next input when its last turn committed, and returns turns per second.
-func Throughput(ctx context.Context, e *Env, sessions, turnsEach int, tag string) (float64, error) {
-	node, nc, err := e.node("tp-"+tag, loopScript(0), lash.WithConcurrency(sessions))
+// Each turn makes that many tool rounds of one call; with rounds, each
+// turn is the first of a session of its own.
+func Throughput(ctx context.Context, e *Env, sessions, turnsEach, rounds int, tag string) (float64, error) {
+	node, nc, err := e.node("tp-"+tag, loopScript(rounds), lash.WithConcurrency(sessions))
 	if err != nil {
 		return 0, err
 	}
@@ -147,7 +150,12 @@ func Throughput(ctx context.Context, e *Env, sessions, turnsEach int, tag string
 		wg.Go(func() {
 			s := node.Session(fmt.Sprintf("tp-%s-%d-%d", tag, sessions, k))
 			for i := range turnsEach {
-				if _, _, err := s.Send(ctx, fmt.Sprint(i), lash.Input{Text: "hi"}); err != nil {
+				if rounds > 0 {
+					// The script counts the session's tool results: a
+					// turn of rounds starts a session of its own.
+					s = node.Session(fmt.Sprintf("tp-%s-%d-%d-%d", tag, sessions, k, i))
+				}
+				if _, _, err := s.Send(ctx, fmt.Sprint(i), lash.Input{Text: "rounds"}); err != nil {
 					errs <- err
 					return
 				}
@@ -216,11 +224,17 @@ func History(ctx context.Context, e *Env, hs []int, n int) ([]Result, error) {
 	return out, nil
 }
 
+// toolRounds is how many tool rounds the turns of the second effects/s
+// figure make: turns of 3 + 3*toolRounds effects.
+const toolRounds = 8
+
 // Concurrency runs turns on 1 and more sessions at once: turns per second
 // against one session's and against the same round trips done raw by as
 // many writers (RawTurns, run right after), and effects per second against
 // what a journal that fsyncs each append alone allows (one CAS publish
-// after another, timed just before and after the turns).
+// after another, timed just before and after the turns), for the smallest
+// turn and for turns of toolRounds rounds, with the appends to lash's
+// streams counted per effect.
 func Concurrency(ctx context.Context, e *Env, counts []int, n int) ([]Result, error) {
 	var out []Result
 	var base, rawBase float64
@@ -230,7 +244,19 @@ func Concurrency(ctx context.Context, e *Env, counts []int, n int) ([]Result, er
 		if err != nil {
 			return nil, err
 		}
-		tps, err := Throughput(ctx, e, c, each, fmt.Sprint(c))
+		tps, err := Throughput(ctx, e, c, each, 0, fmt.Sprint(c))
+		if err != nil {
+			return nil, err
+		}
+		appended, err := e.appends(ctx)
+		if err != nil {
+			return nil, err
+		}
+		rtps, err := Throughput(ctx, e, c, max(2, each/8), toolRounds, fmt.Sprint(c, "r"))
+		if err != nil {
+			return nil, err
+		}
+		rounds, err := e.appends(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -238,6 +264,8 @@ func Concurrency(ctx context.Context, e *Env, counts []int, n int) ([]Result, er
 		if err != nil {
 			return nil, err
 		}
+		const roundEffects = 3 + 3*toolRounds
+		perEffect := float64(rounds-appended) / float64(c*max(2, each/8)*roundEffects)
 		raw, err := e.RawTurns(ctx, c, 2*time.Second)
 		if err != nil {
 			return nil, err
@@ -254,7 +282,10 @@ func Concurrency(ctx context.Context, e *Env, counts []int, n int) ([]Result, er
 			Result{Name: fmt.Sprintf("turns/s at %d sessions vs raw (%s)", c, e.Mode()), Value: tps, Unit: "turns/s",
 				Floor: raw, Ratio: tps / raw, Note: "floor: raw turns/s at as many writers; higher is better"},
 			Result{Name: fmt.Sprintf("effects/s at %d sessions (%s)", c, e.Mode()), Value: 3 * tps, Unit: "effects/s",
-				Floor: perAppend, Ratio: 3 * tps / perAppend, Note: "floor: one CAS publish after another; higher is better"})
+				Floor: perAppend, Ratio: 3 * tps / perAppend, Note: "floor: one CAS publish after another; higher is better"},
+			Result{Name: fmt.Sprintf("effects/s at %d sessions, %d tool rounds a turn (%s)", c, toolRounds, e.Mode()), Value: roundEffects * rtps, Unit: "effects/s",
+				Floor: perAppend, Ratio: roundEffects * rtps / perAppend,
+				Note: fmt.Sprintf("%.2f appends per effect; floor: one CAS publish after another; higher is better", perEffect)})
 	}
 	return out, nil
 }
