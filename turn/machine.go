@@ -108,6 +108,10 @@ type Machine struct {
 	cfg Config
 	st  state
 	out Effect
+	// buf holds the system prompt's slot and then st.Messages, while
+	// st.Messages still lives in it: a model request is a slice of buf,
+	// not a copy of the conversation (requestMessages).
+	buf []Message
 }
 
 // New builds the machine for a fresh turn. The first Next yields SyncTools.
@@ -123,7 +127,7 @@ func New(cfg Config, s Start) (*Machine, error) {
 	st.Session, st.Turn = s.Session, s.Turn
 	st.NextID = 1
 	st.Status = StatusRunning
-	st.Messages = slices.Clone(s.History)
+	m.layout(s.History)
 	st.HistoryLen = len(s.History)
 	if s.HistoryDigest != nil {
 		st.HistoryDigest = *s.HistoryDigest
@@ -424,16 +428,38 @@ func (m *Machine) nextIteration() {
 	st.Attempt = 1
 	st.Fresh = 0
 	req := ModelRequest{Model: m.cfg.Model, Sampling: m.cfg.Sampling}
-	req.Messages = make([]Message, 0, len(st.Messages)+1)
-	if m.cfg.System != "" {
-		req.Messages = append(req.Messages, Message{Role: RoleSystem, Text: m.cfg.System})
-	}
-	req.Messages = append(req.Messages, st.Messages...)
+	req.Messages = m.requestMessages()
 	if !st.Grace {
 		req.Tools = st.Tools
 	}
 	st.Request = &req
 	m.yield(phaseLLM)
+}
+
+// layout copies msgs into a new buf after the system prompt's slot, with
+// room for the turn's messages, and makes them the conversation.
+func (m *Machine) layout(msgs []Message) {
+	buf := make([]Message, 1+len(msgs), 1+len(msgs)+16+len(msgs)/4)
+	buf[0] = Message{Role: RoleSystem, Text: m.cfg.System}
+	copy(buf[1:], msgs)
+	m.buf, m.st.Messages = buf, buf[1:]
+}
+
+// requestMessages is the system prompt (when there is one) and the
+// conversation, as a slice of buf capped at its end: the machine only
+// appends to the conversation, past the request's end, so the request
+// needs no copy of a history however long. When an append moved the
+// conversation out of buf, it is laid out again.
+func (m *Machine) requestMessages() []Message {
+	n := len(m.st.Messages)
+	if n == 0 || cap(m.buf) < 1+n || &m.buf[1:cap(m.buf)][0] != &m.st.Messages[0] {
+		m.layout(m.st.Messages)
+	}
+	req := m.buf[: 1+n : 1+n]
+	if m.cfg.System == "" {
+		return req[1:]
+	}
+	return req
 }
 
 func (m *Machine) onLLM(r LLMResult) {
@@ -938,7 +964,7 @@ func (m *Machine) runHook(h func(View) HookAction) *StopRequest {
 
 func (m *Machine) view() View {
 	st := &m.st
-	return View{Session: st.Session, Turn: st.Turn, Iteration: st.Iteration, Messages: st.Messages, Usage: st.Usage}
+	return View{Session: st.Session, Turn: st.Turn, Iteration: st.Iteration, Messages: slices.Clip(st.Messages), Usage: st.Usage}
 }
 
 func (m *Machine) findCall(id string) int {

@@ -126,16 +126,21 @@ func (e *Env) appends(ctx context.Context) (uint64, error) {
 var Quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // loopScript answers with a tool call while the turn has made fewer than
-// "rounds" of them (the user's text), then with text.
+// "rounds" of them (the user's text), then with text. Its answers give
+// their usage, so that the model, a stand-in, does no work in proportion
+// to the session's length (counting the tokens of every message): what
+// grows with the history is then lash's.
 func loopScript(rounds int) string {
 	return fmt.Sprintf(`
 rule loop
   when user contains rounds
   when tools < %d
   call echo {}
+  usage 10 2
 
 default
   say done
+  usage 10 1
 `, rounds)
 }
 
