@@ -114,7 +114,8 @@ type Effect interface {
 type SyncTools struct{ H Head }
 
 // LLMCall asks for one model call. Attempt counts retries of the same
-// inference after retryable provider errors.
+// inference after retryable provider errors. Request.Messages shares the
+// machine's conversation (capped at its end): read it, do not change it.
 type LLMCall struct {
 	H       Head
 	Attempt int
