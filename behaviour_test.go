@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lash-run/lash/effectlog"
 	"github.com/lash-run/lash/leases"
 	"github.com/lash-run/lash/provider/openai"
 	"github.com/lash-run/lash/provider/scripted"
@@ -165,6 +166,103 @@ func TestCarriedCheckpointStands(t *testing.T) {
 	}
 	if !ok {
 		t.Fatalf("transcript %+v", tr)
+	}
+}
+
+// A cancel that comes after the only call of a round returned and was
+// recorded, and interrupts the round before it ends, does not undo the
+// round: the call's record is the only claim on it. The cancel is taken
+// at a later checkpoint, and the turn ends cancelled, with the call's
+// result, as a replay of its journal does.
+func TestCancelAfterCallRecorded(t *testing.T) {
+	r := newRig(t)
+	r.models = testenv.RunModelServer(t, scripted.MustParse(injectScript))
+	interrupted := make(chan struct{}, 1)
+	var other *Session
+	n := r.node("a", withBoundary(func(name string) error {
+		switch name {
+		case "after-record tool call_1":
+			if _, err := other.Cancel(context.Background(), "stop-1"); err != nil {
+				t.Error(err)
+			}
+			select { // the interrupt fires while the round is in flight
+			case <-interrupted:
+			case <-time.After(10 * time.Second):
+				t.Error("the cancel did not interrupt the round")
+			}
+		case "interrupted":
+			interrupted <- struct{}{}
+		}
+		return nil
+	}))
+	other = r.node("sender").Session("s1")
+	s := n.Session("s1")
+	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather in Oslo?"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Run(r.ctx)
+	if err != nil || len(res) != 1 || res[0].Outcome.Termination.Reason != turn.Cancelled {
+		t.Fatalf("run: %+v, %v", res, err)
+	}
+	tr, err := s.Transcript(r.ctx)
+	if err != nil || len(tr) < 3 || tr[2].Role != turn.RoleTool || tr[2].Text != "2C snow" {
+		t.Fatalf("transcript %+v, %v", tr, err)
+	}
+	rep, err := NewInspector(n.Streams()).VerifyRecorded(r.ctx, turn.Hooks{}, "s1", "")
+	if err != nil || !rep.OK() || rep.Turns[0].Verdict != "ok" {
+		t.Fatalf("verify: %+v, %v", rep, err)
+	}
+}
+
+// A run that loses the race for a call's record takes the checkpoint's
+// answer from the record that won, not from its own read: here a node
+// fenced out while it stalls finds, after its call, an input the winner
+// never saw. It follows the winner's turn to a commit that fails, with no
+// nondeterminism on the way.
+func TestLostRecordTakesWinnersCheckpoint(t *testing.T) {
+	r := newRig(t)
+	r.models = testenv.RunModelServer(t, scripted.MustParse(injectScript))
+	var second *Node
+	var secondRes []TurnResult
+	first := r.node("first", onceAt("before-record tool call_1", func() {
+		// The first node stalls before its call while the lease is freed
+		// and the second node runs the whole turn.
+		key, _ := leases.Key("sess", "s1")
+		e, err := second.Streams().KVGet(context.Background(), key)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if _, err := second.Streams().KVDelete(context.Background(), key, e.Revision); err != nil {
+			t.Error(err)
+			return
+		}
+		if secondRes, err = second.Session("s1").Run(context.Background()); err != nil {
+			t.Errorf("second node: %v", err)
+		}
+		if _, _, err := second.Session("s1").Send(context.Background(), "k2", Input{Text: "and tomorrow?"}); err != nil {
+			t.Error(err)
+		}
+	}))
+	second = r.node("second")
+	s := first.Session("s1")
+	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather in Oslo?"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Run(r.ctx)
+	var nd *effectlog.NondeterminismError
+	if errors.As(err, &nd) || !errors.Is(err, sessionlog.ErrFenced) && !errors.Is(err, streams.ErrConflict) && !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("the fenced-out node: %v", err)
+	}
+	if len(secondRes) != 1 || secondRes[0].Outcome.Termination.Reason != turn.NaturalEnd {
+		t.Fatalf("second node: %+v", secondRes)
+	}
+	// Had the first node taken its own read, the model would have been
+	// asked about the input at that checkpoint.
+	for _, req := range r.models.Seen() {
+		if req.Rule == "tomorrow" {
+			t.Fatalf("the model was asked with the input injected: %s", req.Summary)
+		}
 	}
 }
 

@@ -158,14 +158,14 @@ func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) 
 			return nil, &effectlog.NondeterminismError{Key: h.Key, Recorded: want, Current: h.Hash}
 		}
 		d.took(next)
-		kind := EventEffectReplayed
+		ev := Event{Kind: EventEffectReplayed, Session: d.s.id, Turn: d.turn, Effect: e.Kind().String()}
 		if own {
 			d.executed++
-			kind = EventEffectExecuted
+			ev.Kind, ev.Took = EventEffectExecuted, next.Took
 		} else {
 			d.replayed++
 		}
-		n.observe(Event{Kind: kind, Session: d.s.id, Turn: d.turn, Effect: e.Kind().String()})
+		n.observe(ev)
 		return next.result(e.Kind(), h.ID)
 	}
 	rec, err := d.lookup(h.Key, h.Hash)
@@ -250,10 +250,12 @@ func (d *drive) intended(id turn.EffectID, rec *effectlog.Record, own bool) {
 // find, for that effect's record to carry. Without it (the read failed)
 // the checkpoint reads and records on its own.
 func (d *drive) peek(ctx context.Context) *answer {
+	began := time.Now()
 	a, err := d.arrived(ctx)
 	if err != nil {
 		return nil
 	}
+	a.Took = time.Since(began)
 	return a
 }
 
@@ -406,55 +408,61 @@ func (d *drive) publish(ev LiveEvent) {
 func (d *drive) toolCalls(ctx context.Context, batch *turn.ToolCalls) ([]turn.ToolResult, *string, error) {
 	n := d.s.n
 	d.next = nil
-	results := make([]turn.ToolResult, len(batch.Calls))
-	// A round of one call records the checkpoint after it in the call's
-	// record; with more, one call would have to wait for the others.
-	var next *answer
-	nextOwn, carry := false, len(batch.Calls) == 1
-	replay := func(pc turn.PendingCall) (bool, error) {
+	// answers[i] is the record that stands for call i: its result, or the
+	// cancel that a run stopped by a cancel input claimed in its place.
+	// Each call's key is the only claim for it, so every run reads the
+	// same round: cancelled when a call's record is a cancel.
+	answers := make([]*answer, len(batch.Calls))
+	owns := make([]bool, len(batch.Calls))
+	for i, pc := range batch.Calls {
 		rec, err := d.lookup(pc.Key, pc.Hash)
 		if errors.Is(err, effectlog.ErrNotRecorded) {
-			return false, nil
+			continue
 		}
 		if err != nil {
-			return false, err
+			return nil, nil, err
 		}
-		a, err := decodeAnswer(rec.Outcome.Data)
-		if err == nil && a.Result == nil {
-			err = terminal(FailUnreadableJournal, fmt.Errorf("lash: journal record for %s holds no tool result", pc.Key))
+		if answers[i], err = callAnswer(rec, pc.Key); err != nil {
+			return nil, nil, err
 		}
-		if err != nil {
-			return false, err
-		}
-		for i := range batch.Calls {
-			if batch.Calls[i].Key == pc.Key {
-				results[i] = *a.Result
-			}
-		}
-		next = a.Next
 		d.replayed++
 		n.observe(Event{Kind: EventEffectReplayed, Session: d.s.id, Turn: d.turn, Effect: batch.Kind().String()})
-		return true, nil
 	}
-	if rec, err := d.lookup(batch.H.Key, batch.H.Hash); err == nil {
-		// The round was cancelled: the calls recorded before it stand.
-		a, err := decodeAnswer(rec.Outcome.Data)
-		if err != nil || a.Cancel == nil {
-			return nil, nil, terminal(FailUnreadableJournal, fmt.Errorf("lash: journal record for %s holds no cancel: %v", batch.H.Key, err))
+	if !slices.ContainsFunc(answers, isCancel) {
+		if err := d.runCalls(ctx, batch, answers, owns); err != nil {
+			return nil, nil, err
 		}
-		for _, pc := range batch.Calls {
-			if _, err := replay(pc); err != nil {
-				return nil, nil, err
-			}
-		}
-		d.took(a)
-		return results, a.Cancel, nil
-	} else if !errors.Is(err, effectlog.ErrNotRecorded) {
-		return nil, nil, err
 	}
+	var results []turn.ToolResult
+	var cancel *answer
+	for i, a := range answers {
+		switch {
+		case a == nil:
+			return nil, nil, fmt.Errorf("lash: tool call %s has no result", batch.Calls[i].Key)
+		case a.Cancel != nil && cancel == nil:
+			cancel = a
+		case a.Result != nil:
+			results = append(results, *a.Result)
+		}
+	}
+	if cancel != nil {
+		d.took(cancel)
+		return results, cancel.Cancel, nil
+	}
+	if len(answers) == 1 {
+		// A round of one call records the checkpoint after it in the
+		// call's record; with more, one call would wait for the others.
+		d.next, d.nextID, d.nextAt, d.nextOwn = answers[0].Next, batch.H.ID+1, turn.AfterTools, owns[0]
+	}
+	return results, nil, nil
+}
+
+// runCalls runs the calls of a round that have no record yet, at once, and
+// fills in the answers that stand for them. A call a cancel input stopped
+// gets a cancel claimed on its key; when every call has its result, a
+// cancel that came meanwhile is left to the checkpoint after the round.
+func (d *drive) runCalls(ctx context.Context, batch *turn.ToolCalls, answers []*answer, owns []bool) error {
 	ectx, done := d.interrupt.begin(ctx)
-	errs := make([]error, len(batch.Calls))
-	var wg sync.WaitGroup
 	cause := causeNone
 	if d.intends != 0 && batch.H.ID == d.intends+1 {
 		cause = causeReplayed
@@ -462,57 +470,63 @@ func (d *drive) toolCalls(ctx context.Context, batch *turn.ToolCalls) ([]turn.To
 			cause = causeOwn
 		}
 	}
+	carry := len(batch.Calls) == 1
+	errs := make([]error, len(batch.Calls))
+	var wg sync.WaitGroup
 	for i, pc := range batch.Calls {
-		ok, err := replay(pc)
-		if err != nil {
-			done()
-			return nil, nil, err
-		}
-		if ok {
+		if answers[i] != nil {
 			continue
 		}
-		wg.Go(func() {
-			a, own, err := d.toolCall(ectx, pc, cause, carry)
-			errs[i] = err
-			if a != nil {
-				results[i] = *a.Result
-			}
-			if a != nil && carry { // the only call of the round
-				next, nextOwn = a.Next, own
-			}
-		})
+		wg.Go(func() { answers[i], owns[i], errs[i] = d.toolCall(ctx, ectx, pc, cause, carry) })
 	}
 	wg.Wait()
-	if stop := done(); stop != nil {
-		// Calls that finished were recorded; the rest stopped unrecorded.
-		stop.Request = fmt.Sprintf("cancel tool round of %d calls\n", len(batch.Calls))
-		data, err := encodeAnswer(stop)
-		if err != nil {
-			return nil, nil, err
+	stop := done()
+	for i, pc := range batch.Calls {
+		if answers[i] != nil || stop == nil {
+			continue
 		}
-		rec, _, err := n.journal.Record(ctx, batch.H.Key, batch.H.Hash, effectlog.Outcome{Data: data})
-		if err != nil {
-			return nil, nil, err
-		}
-		a, err := decodeAnswer(rec.Outcome.Data)
-		if err != nil || a.Cancel == nil {
-			return nil, nil, terminal(FailUnreadableJournal, fmt.Errorf("lash: journal record for %s holds no cancel: %v", batch.H.Key, err))
-		}
-		d.took(a)
-		for i := range results {
-			if errs[i] != nil {
-				results[i] = turn.ToolResult{}
-			}
-		}
-		return results, a.Cancel, nil
+		a := *stop
+		a.Request = "cancelled before its result\n"
+		answers[i], owns[i], errs[i] = d.recordCall(ctx, pc, &a)
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, nil, err
+	for i := range answers {
+		if answers[i] != nil {
+			errs[i] = nil
+		}
 	}
-	if carry {
-		d.next, d.nextID, d.nextAt, d.nextOwn = next, batch.H.ID+1, turn.AfterTools, nextOwn
+	return errors.Join(errs...)
+}
+
+// isCancel says whether a call's record is a cancel claimed in place of
+// its result.
+func isCancel(a *answer) bool { return a != nil && a.Cancel != nil }
+
+// callAnswer decodes a tool call's record: its result or a cancel.
+func callAnswer(rec *effectlog.Record, key turn.ReplayKey) (*answer, error) {
+	a, err := decodeAnswer(rec.Outcome.Data)
+	if err == nil && a.Result == nil && a.Cancel == nil {
+		err = fmt.Errorf("lash: journal record for %s holds no tool result", key)
 	}
-	return results, nil, nil
+	if err != nil {
+		return nil, terminal(FailUnreadableJournal, err)
+	}
+	return a, nil
+}
+
+// recordCall records a for call pc, first writer wins, and returns the
+// answer that stands and whether it is a's.
+func (d *drive) recordCall(ctx context.Context, pc turn.PendingCall, a *answer) (*answer, bool, error) {
+	n := d.s.n
+	data, err := encodeRecord(a, n.client.Config().MaxPayloadBytes)
+	if err != nil {
+		return nil, false, err
+	}
+	rec, won, err := n.journal.Record(ctx, pc.Key, pc.Hash, effectlog.Outcome{Data: data})
+	if err != nil {
+		return nil, false, err
+	}
+	a, err = callAnswer(rec, pc.Key)
+	return a, won, err
 }
 
 // intentCause says what tells a re-executor that a tool call may have
@@ -526,10 +540,13 @@ const (
 	causeReplayed
 )
 
-// toolCall runs one call and records its result, with what the checkpoint
-// after the round finds when carry is set. It returns the answer that
-// stands, and whether this run wrote it.
-func (d *drive) toolCall(ctx context.Context, pc turn.PendingCall, cause intentCause, carry bool) (*answer, bool, error) {
+// toolCall runs one call under ectx, which a cancel input interrupts, and
+// records its result under ctx, with what the checkpoint after the round
+// finds when carry is set: a call that returned is recorded even when a
+// cancel comes meanwhile, so the round's cancel record and its replay
+// agree on the results. It returns the answer that stands, and whether
+// this run wrote it.
+func (d *drive) toolCall(ctx, ectx context.Context, pc turn.PendingCall, cause intentCause, carry bool) (*answer, bool, error) {
 	n := d.s.n
 	inDoubt := false
 	switch {
@@ -556,7 +573,7 @@ func (d *drive) toolCall(ctx context.Context, pc turn.PendingCall, cause intentC
 		return nil, false, err
 	}
 	began := time.Now()
-	res, err := n.runner.Invoke(ctx, pc, attempt, inDoubt)
+	res, err := n.runner.Invoke(ectx, pc, attempt, inDoubt)
 	if err != nil {
 		return nil, false, err // interrupted: record nothing
 	}
@@ -571,18 +588,7 @@ func (d *drive) toolCall(ctx context.Context, pc turn.PendingCall, cause intentC
 	if carry {
 		a.Next = d.peek(ctx)
 	}
-	data, err := encodeRecord(a, n.client.Config().MaxPayloadBytes)
-	if err != nil {
-		return nil, false, err
-	}
-	rec, won, err := n.journal.Record(ctx, pc.Key, pc.Hash, effectlog.Outcome{Data: data})
-	if err != nil {
-		return nil, false, err
-	}
-	a, err = decodeAnswer(rec.Outcome.Data)
-	if err == nil && a.Result == nil {
-		err = terminal(FailUnreadableJournal, fmt.Errorf("lash: journal record for %s holds no tool result", pc.Key))
-	}
+	a, won, err := d.recordCall(ctx, pc, a)
 	if err != nil {
 		return nil, false, err
 	}

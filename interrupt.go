@@ -100,6 +100,7 @@ func (i *interrupt) confirm() {
 				i.cancel(&cancelInput{seq: seq})
 			}
 			i.mu.Unlock()
+			_ = i.d.s.boundary("interrupted")
 			return
 		}
 		time.Sleep(time.Duration(20<<try) * time.Millisecond)

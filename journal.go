@@ -15,11 +15,14 @@ import (
 // tool call its intent. 3: a model answer's record stands for the intents
 // of the calls it asks for (ADR 0017). 4: besides, the checkpoint right
 // after a model answer without tool calls, or after a round of one call,
-// is answered in that answer's record (answer.Next). 2 left a turn's empty
+// is answered in that answer's record (answer.Next). 5: a tool round
+// stopped by a cancel input claims each call it stopped with a cancel on
+// the call's own key, instead of one cancel on the round's key, which a
+// run whose calls had all returned would not see. 2 left a turn's empty
 // checkpoints unrecorded and was withdrawn: a run that lost its lease could
 // then take an input at a checkpoint the committed turn passed empty and
 // act on it.
-const JournalVersion = 4
+const JournalVersion = 5
 
 // answer is the journaled form of any effect's answer. One shape for all
 // kinds keeps the codec small; the effect's kind says which fields count.

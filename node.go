@@ -21,7 +21,10 @@ import (
 )
 
 // Model is a model provider: provider/openai's Client and
-// provider/scripted's Model both are one.
+// provider/scripted's Model both are one. req.Messages shares the turn's
+// conversation: a Model reads it and never changes it (a wrapper that
+// edits messages copies them first), or the turn's outcome and its replay
+// would differ.
 type Model interface {
 	Complete(ctx context.Context, req turn.ModelRequest, onDelta func(text string)) (turn.ModelResponse, error)
 }

@@ -223,12 +223,14 @@ func (i *Inspector) verifyTurn(ctx context.Context, cfg turn.Config, session, tu
 			next = nil
 			var cancel *string
 			if rec, ok := recorded[e.H.Key]; ok {
-				// A cancelled round: the calls recorded before it stand.
+				// A cancelled round of a journal before version 5: the
+				// calls recorded before it stand.
 				if a, err := decodeAnswer(rec.Outcome.Data); err == nil && a.Cancel != nil {
 					cancel = a.Cancel
 				}
 			}
 			var results []turn.ToolResult
+			var only = next // the answer of a round's only call
 			for _, pc := range e.Calls {
 				if _, ok := recorded[pc.Key]; !ok && cancel != nil {
 					continue
@@ -237,14 +239,22 @@ func (i *Inspector) verifyTurn(ctx context.Context, cfg turn.Config, session, tu
 				if !ok {
 					return v, nil
 				}
-				if a.Result == nil {
+				switch {
+				case a.Cancel != nil:
+					// A run stopped by a cancel input claimed the call.
+					if cancel == nil {
+						cancel = a.Cancel
+					}
+				case a.Result == nil:
 					v.Verdict, v.Note = "unverifiable", fmt.Sprintf("%s holds no tool result", pc.Key)
 					return v, nil
+				default:
+					results = append(results, *a.Result)
 				}
-				results = append(results, *a.Result)
-				if cancel == nil && len(e.Calls) == 1 {
-					next, nextID, nextAt = a.Next, e.H.ID+1, turn.AfterTools
-				}
+				only = a
+			}
+			if cancel == nil && len(e.Calls) == 1 {
+				next, nextID, nextAt = only.Next, e.H.ID+1, turn.AfterTools
 			}
 			if len(results) > 0 {
 				if err := mach.Deliver(turn.ToolResults{ID: e.H.ID, Results: results}); err != nil {
