@@ -166,7 +166,28 @@ var errCrash = errors.New("crash")
 // A node that dies at any boundary of the turn leaves it to another, which
 // finishes it by replay: one commit, each recorded model request and tool
 // run done once, the same transcript as without the crash.
-func TestCrashAtEveryBoundary(t *testing.T) { crashMatrix(t, newRig) }
+func TestCrashAtEveryBoundary(t *testing.T) { crashMatrix(t, newRig, threeCalls) }
+
+// The same for a round of one call, whose checkpoints are answered in the
+// records before them.
+func TestCrashAtEveryBoundaryOneCall(t *testing.T) { crashMatrix(t, newRig, oneCall) }
+
+// matrix is a turn the crash matrix runs: a script, the input, and the
+// effects whose boundaries it crashes at.
+type matrix struct {
+	script, text string
+	at           []string
+}
+
+var (
+	// "model, three parallel tools, model, answer": effects 1 sync-tools,
+	// 2 llm-call, 3 the tool batch, 4 checkpoint, 5 llm-call, 6 checkpoint
+	// (answered in the record of 5).
+	threeCalls = matrix{weatherScript, "Weather in Oslo, Lima and Pune?",
+		[]string{"sync-tools 1", "llm-call 2", "tool call_1", "tool call_2", "tool call_3", "checkpoint 4", "llm-call 5"}}
+	// The same with one call: 4 is answered in the call's record.
+	oneCall = matrix{injectScript, "Weather in Oslo?", []string{"sync-tools 1", "llm-call 2", "tool call_1", "llm-call 5"}}
+)
 
 // The same on a 3-node cluster with R3 streams.
 func TestCrashAtEveryBoundaryCluster(t *testing.T) {
@@ -174,22 +195,19 @@ func TestCrashAtEveryBoundaryCluster(t *testing.T) {
 		t.Skip("cluster crash matrix")
 	}
 	testenv.SkipClusterUnderRace(t)
-	crashMatrix(t, newClusterRig)
+	crashMatrix(t, newClusterRig, threeCalls)
 }
 
-func crashMatrix(t *testing.T, newRig func(*testing.T) *rig) {
-	// Every boundary of "model, three parallel tools, model, answer":
-	// effects 1 sync-tools, 2 llm-call, 3 the tool batch, 4 checkpoint,
-	// 5 llm-call, 6 checkpoint (answered in the record of 5).
+func crashMatrix(t *testing.T, newRig func(*testing.T) *rig, m matrix) {
 	boundaries := []string{"lease", "fence"}
-	for _, at := range []string{"sync-tools 1", "llm-call 2", "tool call_1", "tool call_2", "tool call_3",
-		"checkpoint 4", "llm-call 5"} {
+	for _, at := range m.at {
 		boundaries = append(boundaries, "before-record "+at, "after-record "+at)
 	}
 	boundaries = append(boundaries, "before-commit", "after-commit", "after-release")
 	for _, b := range boundaries {
 		t.Run(strings.ReplaceAll(b, " ", "_"), func(t *testing.T) {
 			r := newRig(t)
+			r.models = testenv.RunModelServer(t, scripted.MustParse(m.script))
 			var once sync.Once
 			crashed := false
 			conn := r.conn()
@@ -209,7 +227,7 @@ func crashMatrix(t *testing.T, newRig func(*testing.T) *rig) {
 				return nil
 			}))
 			s := first.Session("s1")
-			if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather in Oslo, Lima and Pune?"}); err != nil {
+			if _, _, err := s.Send(r.ctx, "k1", Input{Text: m.text}); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := s.Run(r.ctx); err == nil || !crashed {
@@ -223,7 +241,7 @@ func crashMatrix(t *testing.T, newRig func(*testing.T) *rig) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got, want := describeTranscript(tr), describeTranscript(crashFreeTranscript(t)); got != want {
+			if got, want := describeTranscript(tr), describeTranscript(crashFreeTranscript(t, m)); got != want {
 				t.Fatalf("transcript after the crash:\n%s\nwithout a crash:\n%s", got, want)
 			}
 			// One commit: the log holds exactly one commit of the turn.
@@ -257,26 +275,36 @@ func crashMatrix(t *testing.T, newRig func(*testing.T) *rig) {
 }
 
 // crashFreeTranscript is the transcript of the same turn run without a crash.
-func crashFreeTranscript(t *testing.T) []turn.Message {
+func crashFreeTranscript(t *testing.T, m matrix) []turn.Message {
 	t.Helper()
-	crashFree.once.Do(func() {
-		r := newRig(t)
-		s := r.node("clean").Session("s1")
-		if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather in Oslo, Lima and Pune?"}); err == nil {
-			if _, err := s.Run(r.ctx); err == nil {
-				crashFree.messages, _ = s.Transcript(r.ctx)
-			}
-		}
-	})
-	if len(crashFree.messages) == 0 {
-		t.Fatal("the crash-free run failed")
+	crashFree.mu.Lock()
+	defer crashFree.mu.Unlock()
+	if msgs, ok := crashFree.messages[m.script]; ok {
+		return msgs
 	}
-	return crashFree.messages
+	r := newRig(t)
+	r.models = testenv.RunModelServer(t, scripted.MustParse(m.script))
+	s := r.node("clean").Session("s1")
+	if _, _, err := s.Send(r.ctx, "k1", Input{Text: m.text}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Run(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := s.Transcript(r.ctx)
+	if err != nil || len(msgs) == 0 {
+		t.Fatalf("the crash-free run: %d messages, %v", len(msgs), err)
+	}
+	if crashFree.messages == nil {
+		crashFree.messages = map[string][]turn.Message{}
+	}
+	crashFree.messages[m.script] = msgs
+	return msgs
 }
 
 var crashFree struct {
-	once     sync.Once
-	messages []turn.Message
+	mu       sync.Mutex
+	messages map[string][]turn.Message
 }
 
 func describeTranscript(msgs []turn.Message) string {
