@@ -190,3 +190,32 @@ func TestCheckpointAnsweredInRecordBefore(t *testing.T) {
 		})
 	}
 }
+
+// A record that would not fit with the next checkpoint's answer goes
+// without it (the checkpoint then records on its own); one that fits
+// keeps it.
+func TestRecordDropsNextOverCeiling(t *testing.T) {
+	next := &answer{Messages: []turn.Message{{Role: turn.RoleUser, Text: strings.Repeat("x", 4096)}}, Cursor: 9}
+	a := &answer{Result: &turn.ToolResult{CallID: "c1", Status: turn.ToolOK, Output: "ok"}, Next: next}
+	alone, err := encodeAnswer(&answer{Result: a.Result})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		max  int64
+		keep bool
+	}{{1 << 20, true}, {int64(len(alone)) + 100, false}} {
+		b := *a
+		data, err := encodeRecord(&b, c.max)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := decodeAnswer(data)
+		if err != nil || (got.Next != nil) != c.keep || int64(len(data)) > c.max {
+			t.Fatalf("max %d: %d bytes, next kept %v, %v", c.max, len(data), got.Next != nil, err)
+		}
+		if c.keep && (got.Next.Cursor != 9 || len(got.Next.Messages) != 1) {
+			t.Fatalf("next %+v", got.Next)
+		}
+	}
+}
