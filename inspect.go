@@ -207,6 +207,8 @@ type JournalEntry struct {
 	Executed bool `json:"executed"`
 	// In names the record that holds this checkpoint's answer, when it is
 	// the record of the effect before it (ADR 0017); Hash is then empty.
+	// Such an entry comes from that record alone: it is listed also when
+	// a hook ended the turn before the checkpoint.
 	In string `json:"in,omitempty"`
 }
 

@@ -19,7 +19,8 @@ outcome was, whether the run that committed the turn replayed it from the journa
 executed it, the node that recorded it, how long it took and when it was recorded.
 A checkpoint right after a model answer without tool calls, or after a round of one
 tool call, is answered in that effect's record: it shows with no hash of its own, and
-its "in" names the record (--json).
+its "in" names the record (--json). It is listed from that record, also when a hook ended
+the turn before the checkpoint came.
 TURN is a turn id ("in-7") or the sequence of the input that started it ("7").`,
 	min: 2, max: 2,
 	check: func(a *app, args []string) error { return a.checkTurn(args[1]) },
