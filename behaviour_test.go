@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -653,5 +654,66 @@ func TestBadInputAtCheckpoint(t *testing.T) {
 	}
 	if !named {
 		t.Fatalf("no checkpoint names the refused input: %+v", js)
+	}
+}
+
+// countLogs counts the records of a logger by message.
+type countLogs struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *countLogs) Enabled(context.Context, slog.Level) bool { return true }
+func (c *countLogs) Handle(_ context.Context, r slog.Record) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n[r.Message]++
+	return nil
+}
+func (c *countLogs) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *countLogs) WithGroup(string) slog.Handler      { return c }
+func (c *countLogs) count(msg string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[msg]
+}
+
+// Garbage published while a round of one call runs is refused at the
+// checkpoint after it, whose answer rides in the call's record: the
+// journal names the refusal, and the node warns once.
+func TestRefusedAtCarriedCheckpoint(t *testing.T) {
+	r := newRig(t)
+	r.models = testenv.RunModelServer(t, scripted.MustParse(injectScript))
+	logs := &countLogs{n: map[string]int{}}
+	var n *Node
+	n = r.node("a", WithLogger(slog.New(logs)), onceAt("before-record tool call_1", func() {
+		subj, _ := n.Streams().Subjects().SessionInputs("s1")
+		if _, _, err := n.Streams().Publish(context.Background(), streams.Publication{Subject: subj, Data: []byte("{not json")}); err != nil {
+			t.Error(err)
+		}
+	}))
+	s := n.Session("s1")
+	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather in Oslo?"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Run(r.ctx)
+	if err != nil || len(res) != 1 || res[0].Outcome.Termination.Reason != turn.NaturalEnd {
+		t.Fatalf("run: %+v, %v", res, err)
+	}
+	js, err := NewInspector(n.Streams()).Journal(r.ctx, "s1", res[0].Turn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, j := range js {
+		if j.Kind == "checkpoint" && j.In != "" && strings.Contains(j.Summary, "refused input") {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no carried checkpoint names the refusal: %+v", js)
+	}
+	if c := logs.count("input refused at a checkpoint"); c != 1 {
+		t.Fatalf("%d warnings, want 1", c)
 	}
 }

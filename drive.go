@@ -162,6 +162,9 @@ func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) 
 		if own {
 			d.executed++
 			ev.Kind, ev.Took = EventEffectExecuted, next.Took
+			for _, r := range next.Refused { // read ahead, told now that it stands
+				n.opts.logger.Warn("input refused at a checkpoint", "session", d.s.id, "input", r)
+			}
 		} else {
 			d.replayed++
 		}
@@ -251,7 +254,7 @@ func (d *drive) intended(id turn.EffectID, rec *effectlog.Record, own bool) {
 // the checkpoint reads and records on its own.
 func (d *drive) peek(ctx context.Context) *answer {
 	began := time.Now()
-	a, err := d.arrived(ctx)
+	a, err := d.arrived(ctx, false)
 	if err != nil {
 		return nil
 	}
@@ -304,7 +307,7 @@ func (d *drive) perform(ctx context.Context, e turn.Effect) (*answer, error) {
 		}
 		return &answer{Response: &resp}, nil
 	case *turn.Checkpoint:
-		return d.arrived(ctx)
+		return d.arrived(ctx, true)
 	case *turn.Sleep:
 		ectx, done := d.interrupt.begin(ctx)
 		t := time.NewTimer(e.Duration)
@@ -323,7 +326,7 @@ func (d *drive) perform(ctx context.Context, e turn.Effect) (*answer, error) {
 	case *turn.AwaitEvent:
 		deadline := time.Now().Add(e.Timeout)
 		for {
-			a, err := d.arrived(ctx)
+			a, err := d.arrived(ctx, true)
 			if err != nil || len(a.Messages) > 0 || len(a.Decisions) > 0 || a.Cancel != nil {
 				return a, err
 			}
@@ -344,8 +347,9 @@ func (d *drive) perform(ctx context.Context, e turn.Effect) (*answer, error) {
 // arrived takes the inputs that came after the turn's cursor, up to and
 // including the first cancel: their messages and decisions are injected at
 // the checkpoint, and the answer records how far they go. Inputs after a
-// cancel are left for the next turn.
-func (d *drive) arrived(ctx context.Context) (*answer, error) {
+// cancel are left for the next turn. warn logs the inputs it refuses; a
+// read ahead for a record leaves that to the checkpoint that takes it.
+func (d *drive) arrived(ctx context.Context, warn bool) (*answer, error) {
 	n := d.s.n
 	d.mu.Lock()
 	a := &answer{Cursor: d.cursor}
@@ -357,7 +361,9 @@ func (d *drive) arrived(ctx context.Context) (*answer, error) {
 		a.Inputs = append(a.Inputs, use)
 		if !take {
 			if use.Refused != "" {
-				n.opts.logger.Warn("input refused at a checkpoint", "session", d.s.id, "seq", in.Seq, "reason", use.Refused)
+				if warn {
+					n.opts.logger.Warn("input refused at a checkpoint", "session", d.s.id, "seq", in.Seq, "reason", use.Refused)
+				}
 				a.Refused = append(a.Refused, fmt.Sprintf("input %d: %s", in.Seq, use.Refused))
 			}
 			return nil
