@@ -3,12 +3,16 @@ package lash
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/lash-run/lash/provider/scripted"
 	"github.com/lash-run/lash/testenv"
+	"github.com/lash-run/lash/tools"
 	"github.com/lash-run/lash/turn"
 	"github.com/nats-io/nats.go"
 )
@@ -112,5 +116,73 @@ func TestTurnStream(t *testing.T) {
 	all := strings.Join(types, " ")
 	if !strings.Contains(all, turn.EventToolStarted) || !strings.Contains(all, turn.EventRunFinished) {
 		t.Fatalf("live events: %s", all)
+	}
+}
+
+// A node that dies while it claims the calls a cancel stopped leaves some
+// unclaimed: the next run claims them too instead of running them, and the
+// turn ends cancelled with no tool run again.
+func TestCancelClaimsEveryStoppedCall(t *testing.T) {
+	r := newRig(t)
+	r.models = testenv.RunModelServer(t, scripted.MustParse(injectPairScript))
+	var started, runs atomic.Int32
+	reg := tools.New()
+	slow, err := tools.Func("weather", "current weather of a city", func(ctx context.Context, a weatherArgs) (string, error) {
+		runs.Add(1)
+		started.Add(1)
+		<-ctx.Done()
+		return "", ctx.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Register(slow); err != nil {
+		t.Fatal(err)
+	}
+	conn := r.conn()
+	var hit atomic.Bool
+	first := r.nodeOn(conn, "first", WithTools(reg), withBoundary(func(name string) error {
+		if name == "after-record cancel call_1" {
+			hit.Store(true)
+			conn.Close()
+			return errCrash
+		}
+		return nil
+	}))
+	s := first.Session("s1")
+	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather in Oslo and Lima?"}); err != nil {
+		t.Fatal(err)
+	}
+	crashed := make(chan error, 1)
+	go func() {
+		_, err := s.Run(context.Background())
+		crashed <- err
+	}()
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		if started.Load() != 2 {
+			return fmt.Errorf("%d calls running", started.Load())
+		}
+		return nil
+	})
+	if _, err := r.node("sender").Session("s1").Cancel(r.ctx, "stop-1"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-crashed:
+		if err == nil || !hit.Load() {
+			t.Fatalf("first node: %v, crashed %v", err, hit.Load())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first node did not stop")
+	}
+	first.Close(context.Background())
+	second := r.node("second", WithTools(reg))
+	res := runUntilFree(t, second.Session("s1"))
+	if len(res) != 1 || res[0].Outcome.Termination.Reason != turn.Cancelled || runs.Load() != 2 {
+		t.Fatalf("second node: %+v; tool runs %d", res, runs.Load())
+	}
+	rep, err := NewInspector(second.Streams()).VerifyRecorded(r.ctx, turn.Hooks{}, "s1", "")
+	if err != nil || !rep.OK() {
+		t.Fatalf("verify: %+v, %v", rep, err)
 	}
 }

@@ -434,10 +434,15 @@ func (d *drive) toolCalls(ctx context.Context, batch *turn.ToolCalls) ([]turn.To
 		d.replayed++
 		n.observe(Event{Kind: EventEffectReplayed, Session: d.s.id, Turn: d.turn, Effect: batch.Kind().String()})
 	}
-	if !slices.ContainsFunc(answers, isCancel) {
-		if err := d.runCalls(ctx, batch, answers, owns); err != nil {
+	if first := slices.IndexFunc(answers, isCancel); first >= 0 {
+		// A run stopped this round and died before it claimed every call
+		// it stopped: claim the rest alike, so that no run can record a
+		// result for one after the round was read as cancelled.
+		if err := d.claimCancels(ctx, batch, answers, owns, answers[first]); err != nil {
 			return nil, nil, err
 		}
+	} else if err := d.runCalls(ctx, batch, answers, owns); err != nil {
+		return nil, nil, err
 	}
 	var results []turn.ToolResult
 	var cancel *answer
@@ -486,14 +491,8 @@ func (d *drive) runCalls(ctx context.Context, batch *turn.ToolCalls, answers []*
 		wg.Go(func() { answers[i], owns[i], errs[i] = d.toolCall(ctx, ectx, pc, cause, carry) })
 	}
 	wg.Wait()
-	stop := done()
-	for i, pc := range batch.Calls {
-		if answers[i] != nil || stop == nil {
-			continue
-		}
-		a := *stop
-		a.Request = "cancelled before its result\n"
-		answers[i], owns[i], errs[i] = d.recordCall(ctx, pc, &a)
+	if stop := done(); stop != nil {
+		return d.claimCancels(ctx, batch, answers, owns, stop)
 	}
 	for i := range answers {
 		if answers[i] != nil {
@@ -501,6 +500,26 @@ func (d *drive) runCalls(ctx context.Context, batch *turn.ToolCalls, answers []*
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// claimCancels claims, with cancel, each call of the round that has no
+// record yet, first writer wins, and takes the answers that stand.
+func (d *drive) claimCancels(ctx context.Context, batch *turn.ToolCalls, answers []*answer, owns []bool, cancel *answer) error {
+	for i, pc := range batch.Calls {
+		if answers[i] != nil {
+			continue
+		}
+		a := *cancel
+		a.Next, a.Request = nil, "cancelled before its result\n"
+		var err error
+		if answers[i], owns[i], err = d.recordCall(ctx, pc, &a); err != nil {
+			return err
+		}
+		if err := d.s.boundary("after-record cancel " + pc.Call.ID); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // isCancel says whether a call's record is a cancel claimed in place of
