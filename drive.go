@@ -102,8 +102,8 @@ func (d *drive) run(ctx context.Context, st *state, in Input, recs []*effectlog.
 			if err != nil {
 				return turn.Outcome{}, err
 			}
-			if done := doneResults(results); len(done) > 0 {
-				if err := m.Deliver(turn.ToolResults{ID: e.H.ID, Results: done}); err != nil {
+			if len(results) > 0 {
+				if err := m.Deliver(turn.ToolResults{ID: e.H.ID, Results: results}); err != nil {
 					return turn.Outcome{}, terminal(FailInvalidResult, err)
 				}
 			}
@@ -128,17 +128,6 @@ func (d *drive) run(ctx context.Context, st *state, in Input, recs []*effectlog.
 			}
 		}
 	}
-}
-
-// doneResults drops the calls a cancelled round left without a result.
-func doneResults(rs []turn.ToolResult) []turn.ToolResult {
-	out := rs[:0:0]
-	for _, r := range rs {
-		if r.CallID != "" {
-			out = append(out, r)
-		}
-	}
-	return out
 }
 
 // cancelled marks an effect to be answered with Cancel.

@@ -186,8 +186,8 @@ func (i *Inspector) verifyTurn(ctx context.Context, cfg turn.Config, session, tu
 	var next *answer
 	var nextID turn.EffectID
 	var nextAt turn.CheckpointKind
-	// answer returns the recorded answer at key, or a verdict.
-	answer := func(key turn.ReplayKey, hash turn.Hash, current string) (*answer, bool) {
+	// recordedAt returns the recorded answer at key, or a verdict.
+	recordedAt := func(key turn.ReplayKey, hash turn.Hash, current string) (*answer, bool) {
 		rec, ok := recorded[key]
 		if !ok {
 			v.Verdict, v.Note = "unverifiable", fmt.Sprintf("%s is not in the journal (past its retention?)", key)
@@ -230,12 +230,12 @@ func (i *Inspector) verifyTurn(ctx context.Context, cfg turn.Config, session, tu
 				}
 			}
 			var results []turn.ToolResult
-			var only = next // the answer of a round's only call
+			var last *answer // of the round's only call, when it has one
 			for _, pc := range e.Calls {
 				if _, ok := recorded[pc.Key]; !ok && cancel != nil {
 					continue
 				}
-				a, ok := answer(pc.Key, pc.Hash, renderCall(pc))
+				a, ok := recordedAt(pc.Key, pc.Hash, renderCall(pc))
 				if !ok {
 					return v, nil
 				}
@@ -251,10 +251,10 @@ func (i *Inspector) verifyTurn(ctx context.Context, cfg turn.Config, session, tu
 				default:
 					results = append(results, *a.Result)
 				}
-				only = a
+				last = a
 			}
 			if cancel == nil && len(e.Calls) == 1 {
-				next, nextID, nextAt = only.Next, e.H.ID+1, turn.AfterTools
+				next, nextID, nextAt = last.Next, e.H.ID+1, turn.AfterTools
 			}
 			if len(results) > 0 {
 				if err := mach.Deliver(turn.ToolResults{ID: e.H.ID, Results: results}); err != nil {
@@ -271,7 +271,7 @@ func (i *Inspector) verifyTurn(ctx context.Context, cfg turn.Config, session, tu
 			a, ok := next, true
 			next = nil
 			if _, cp := e.(*turn.Checkpoint); !cp || a == nil || h.ID != nextID {
-				if a, ok = answer(h.Key, h.Hash, renderRequest(e)); !ok {
+				if a, ok = recordedAt(h.Key, h.Hash, renderRequest(e)); !ok {
 					return v, nil
 				}
 				next, nextID, nextAt = a.Next, h.ID+1, turn.BeforeFinish
