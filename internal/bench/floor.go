@@ -84,20 +84,40 @@ func (e *Env) CAS(ctx context.Context, n int) ([]time.Duration, error) {
 			jetstream.WithMsgID(fmt.Sprintf("cas-%d-%d", time.Now().UnixNano(), i)), jetstream.WithExpectLastSequencePerSubject(e.casLast))
 		if err != nil {
 			// A publish the client repeated (a replicated stream's leader
-			// changed) may have landed before: take the head and go on.
-			st, serr := e.js.Stream(ctx, "FLOOR")
-			if serr != nil {
-				return nil, fmt.Errorf("floor: CAS publish: %w", err)
+			// changed) may have landed before: take the head and go on. A
+			// new leader may need a moment to show it: look a few times.
+			head, herr := e.casHead(ctx)
+			if herr != nil {
+				return nil, fmt.Errorf("floor: CAS publish: %w (head: %v)", err, herr)
 			}
-			head, herr := st.GetLastMsgForSubject(ctx, "floor.cas")
-			if herr != nil || head.Sequence == e.casLast {
-				return nil, fmt.Errorf("floor: CAS publish: %w", err)
-			}
-			e.casLast = head.Sequence
+			e.casLast = head
 			continue
 		}
 		out[i] = time.Since(start)
 		e.casLast = ack.Sequence
 	}
 	return slices.DeleteFunc(out, func(d time.Duration) bool { return d == 0 }), nil
+}
+
+// casHead is the floor subject's last sequence once it is past casLast,
+// asked up to ten times, 50 ms apart.
+func (e *Env) casHead(ctx context.Context) (uint64, error) {
+	st, err := e.js.Stream(ctx, "FLOOR")
+	if err != nil {
+		return 0, err
+	}
+	for try := 0; ; try++ {
+		head, err := st.GetLastMsgForSubject(ctx, "floor.cas")
+		if err == nil && head.Sequence > e.casLast {
+			return head.Sequence, nil
+		}
+		if try == 9 {
+			return 0, fmt.Errorf("the subject's head stays at %d: %v", e.casLast, err)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
