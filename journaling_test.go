@@ -47,30 +47,7 @@ func TestAnswerStandsForIntents(t *testing.T) {
 		seen = nil
 		return out
 	}
-	// Every journal write of the test, seen as it is published.
-	filter := r.node("watch").Streams().Config().Prefix + ".fx.>"
-	var subjects []string
-	nc := r.conn()
-	sub, err := nc.Subscribe(filter, func(m *nats.Msg) {
-		mu.Lock()
-		subjects = append(subjects, m.Subject)
-		mu.Unlock()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	journaled := func() []string {
-		if err := nc.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(subjects)
-	}
+	journaled := watchJournal(t, r)
 	stop := errors.New("stopped after the model's answer was recorded")
 	answered := "after-record " + turn.KindLLMCall.String() + " 2"
 	first := r.node("first", WithTools(reg), withBoundary(func(name string) error {
@@ -156,21 +133,7 @@ func TestCheckpointAnsweredInRecordBefore(t *testing.T) {
 			r := newRig(t)
 			r.models = testenv.RunModelServer(t, scripted.MustParse(c.script))
 			node := r.node("a")
-			var mu sync.Mutex
-			records := 0
-			nc := r.conn()
-			sub, err := nc.Subscribe(node.Streams().Config().Prefix+".fx.>", func(m *nats.Msg) {
-				mu.Lock()
-				records++
-				mu.Unlock()
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer sub.Unsubscribe()
-			if err := nc.Flush(); err != nil {
-				t.Fatal(err)
-			}
+			journaled := watchJournal(t, r)
 			s := node.Session("s1")
 			if _, _, err := s.Send(r.ctx, "k", Input{Text: c.text}); err != nil {
 				t.Fatal(err)
@@ -179,12 +142,7 @@ func TestCheckpointAnsweredInRecordBefore(t *testing.T) {
 			if err != nil || len(res) != 1 {
 				t.Fatalf("run: %+v, %v", res, err)
 			}
-			if err := nc.Flush(); err != nil {
-				t.Fatal(err)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if res[0].Executed != c.effects || records != c.records {
+			if records := len(journaled()); res[0].Executed != c.effects || records != c.records {
 				t.Fatalf("%d effects executed with %d records, want %d with %d", res[0].Executed, records, c.effects, c.records)
 			}
 		})
@@ -217,5 +175,34 @@ func TestRecordDropsNextOverCeiling(t *testing.T) {
 		if c.keep && (got.Next.Cursor != 9 || len(got.Next.Messages) != 1) {
 			t.Fatalf("next %+v", got.Next)
 		}
+	}
+}
+
+// watchJournal returns what lists the subjects of every journal write of
+// the test so far, seen as each is published.
+func watchJournal(t *testing.T, r *rig) func() []string {
+	t.Helper()
+	var mu sync.Mutex
+	var subjects []string
+	nc := r.conn()
+	sub, err := nc.Subscribe(r.node("watch").Streams().Config().Prefix+".fx.>", func(m *nats.Msg) {
+		mu.Lock()
+		subjects = append(subjects, m.Subject)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return func() []string {
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(subjects)
 	}
 }
