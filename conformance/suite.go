@@ -115,13 +115,7 @@ var subtests = []subtest{
 // Run runs the conformance suite against env, one subtest per guarantee.
 func Run(t *testing.T, env Env) {
 	t.Helper()
-	if env.Conn == nil {
-		t.Fatalf("conformance: env %q has no Conn", env.Name)
-	}
-	if env.Replicas == 0 {
-		env.Replicas = 1
-	}
-	anchor(t, env)
+	env = Prepare(t, env)
 	for _, st := range subtests {
 		t.Run(st.name, func(t *testing.T) { st.fn(t, env) })
 	}

@@ -1,0 +1,38 @@
+// Package processes keeps durable background work: a tool call moved to
+// the background, a sub-agent's turn, work owned outside lash. Each
+// process has its own log on the PROCESSES stream, subject
+// <prefix>.proc.<pid>.ev, one JSON event per message (ADR 0020).
+//
+// The log is the process. Its first event registers it: the input, a
+// recovery disposition, the event types it may emit, who started it and
+// why, and the session to wake when it ends. Registration is idempotent
+// by the registration's hash; the same id with other content is
+// ErrConflict. Every later event is appended with the stream's
+// compare-and-set at the head its writer read, after the rules below were
+// checked on the log as it stands (fold.go), so events are numbered
+// densely from 1 and no rule can be raced past:
+//
+//   - only built-in and declared event types;
+//   - one terminal event (completed, failed, cancelled, abandoned), keyed,
+//     so a repeat of the same one is a no-op and a different one is
+//     ErrTerminal; nothing follows it;
+//   - one cancel request and one abandon request, keyed the same way;
+//   - a runner writes under the process's lease (package leases, key
+//     "proc.<pid>"): each attempt begins with a started event carrying the
+//     lease's token, and the log refuses tokens older than the newest it
+//     holds (ErrFenced), so a runner whose lease was superseded can
+//     neither report an outcome nor disturb the new one;
+//   - owner-bound work starts once; externally owned work never starts,
+//     and its owner reports its end with the ByExternalOwner authority;
+//   - abandoned names its writer and evidence: the owner's node draining
+//     or recovery on proof of death (both under the lease), or recovery
+//     honouring an abandon request.
+//
+// Waiting for a process (Await) reads its log through a consumer that
+// goes on delivering events as they are stored: no polling, and no
+// terminal written meanwhile is missed.
+//
+// Bounds: ids as in package streams (256 bytes), 32 declared event types
+// of at most 64 bytes, 64 KiB of event data or input, 10,000 events per
+// process (then only its end or a cancel request).
+package processes

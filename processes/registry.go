@@ -1,0 +1,286 @@
+package processes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/lash-run/lash/leases"
+	"github.com/lash-run/lash/streams"
+)
+
+// Store is what the registry needs from the stream layer.
+type Store interface {
+	Subjects() streams.Subjects
+	Append(ctx context.Context, p streams.Publication, expect uint64) (seq uint64, duplicate bool, err error)
+	Head(ctx context.Context, subject string) (*streams.Msg, error)
+	Read(ctx context.Context, filter string, from uint64, fn func(*streams.Msg) error) error
+	Tail(ctx context.Context, s streams.Stream, filters []string, from uint64, fn func(m *streams.Msg, pending uint64) error) error
+}
+
+// appendTries bounds how often one append re-reads and tries again after
+// other writers moved the log: each try follows a write that landed, so
+// only a process under constant writes by others can run out.
+const appendTries = 32
+
+// Registry writes and reads process records and events. Every write is a
+// compare-and-set on the process's subject at the head the writer read,
+// so the log is dense and ordered and rules checked on a state hold for
+// the state the event lands on.
+type Registry struct {
+	s      Store
+	writer string
+	now    func() time.Time
+}
+
+// New returns a registry whose writes name writer (a node id, or an
+// operator) as their author.
+func New(s Store, writer string) *Registry {
+	return &Registry{s: s, writer: writer, now: time.Now}
+}
+
+func (r *Registry) subject(id string) (string, error) {
+	subj, err := r.s.Subjects().ProcessEvents(id)
+	if err != nil {
+		return "", fmt.Errorf("%w: process id: %v", ErrInvalid, err)
+	}
+	return subj, nil
+}
+
+// Register records a process under id, unless it is there: the same
+// registration again returns the process as it stands with created
+// false; another registration under the same id is ErrConflict.
+func (r *Registry) Register(ctx context.Context, id string, reg Registration) (p *Process, created bool, err error) {
+	subj, err := r.subject(id)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := reg.Validate(); err != nil {
+		return nil, false, fmt.Errorf("process %s: %w", clip(id), err)
+	}
+	reg, err = reg.canonical()
+	if err != nil {
+		return nil, false, err
+	}
+	hash, err := reg.Hash()
+	if err != nil {
+		return nil, false, err
+	}
+	data, err := json.Marshal(reg)
+	if err != nil {
+		return nil, false, err
+	}
+	e := Event{V: Version, N: 1, Type: TypeRegistered, By: r.writer, At: r.now().UTC(), Data: data, Hash: hash}
+	body, err := json.Marshal(e)
+	if err != nil {
+		return nil, false, err
+	}
+	_, dup, err := r.s.Append(ctx, streams.Publication{Subject: subj, Data: body, MsgID: "proc:" + subj + ":1:" + hash}, 0)
+	created = err == nil && !dup
+	if err != nil && !errors.Is(err, streams.ErrConflict) {
+		return nil, false, fmt.Errorf("process %s: register: %w", clip(id), err)
+	}
+	p, err = r.Get(ctx, id)
+	if err != nil {
+		return nil, false, err
+	}
+	if p.Hash != hash {
+		return nil, false, fmt.Errorf("%w: process %s is registered with other content (hash %.12s, this registration %.12s)", ErrConflict, clip(id), p.Hash, hash)
+	}
+	return p, created, nil
+}
+
+// Get folds the process's whole log.
+func (r *Registry) Get(ctx context.Context, id string) (*Process, error) {
+	evs, err := r.Events(ctx, id, 0)
+	if err != nil {
+		return nil, err
+	}
+	return fold(id, evs)
+}
+
+// Events returns the process's events numbered above after, in order.
+func (r *Registry) Events(ctx context.Context, id string, after uint64) ([]Event, error) {
+	subj, err := r.subject(id)
+	if err != nil {
+		return nil, err
+	}
+	var evs []Event
+	err = r.s.Read(ctx, subj, 1, func(m *streams.Msg) error {
+		e, err := Decode(m.Data, m.Seq)
+		if err != nil {
+			return fmt.Errorf("process %s: %w", clip(id), err)
+		}
+		if e.N > after {
+			evs = append(evs, e)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(evs) == 0 && after == 0 {
+		return nil, fmt.Errorf("%w: %s", ErrUnknown, clip(id))
+	}
+	return evs, nil
+}
+
+// catchUp applies to p the events stored after its head.
+func (r *Registry) catchUp(ctx context.Context, p *Process) error {
+	subj, err := r.subject(p.ID)
+	if err != nil {
+		return err
+	}
+	return r.s.Read(ctx, subj, p.Head+1, func(m *streams.Msg) error {
+		e, err := Decode(m.Data, m.Seq)
+		if err != nil {
+			return fmt.Errorf("process %s: %w", clip(p.ID), err)
+		}
+		return p.apply(e)
+	})
+}
+
+// Append appends e to the process's log if its rules allow it on the log
+// as it stands (see the package doc). A keyed event already there with
+// the same content is not appended again: Append returns the stored one
+// and duplicate. p, if not nil, is the caller's fold of the process,
+// brought up to date in place.
+func (r *Registry) Append(ctx context.Context, id string, e Event, p *Process) (stored *Event, duplicate bool, err error) {
+	return r.appendWith(ctx, id, p, func(*Process) (Event, error) { return e, nil })
+}
+
+// appendWith appends the event build makes from the process as it stands,
+// calling build again each time other writers moved the log first.
+func (r *Registry) appendWith(ctx context.Context, id string, p *Process, build func(p *Process) (Event, error)) (*Event, bool, error) {
+	subj, err := r.subject(id)
+	if err != nil {
+		return nil, false, err
+	}
+	if p == nil {
+		if p, err = r.Get(ctx, id); err != nil {
+			return nil, false, err
+		}
+	} else if p.ID != id {
+		return nil, false, fmt.Errorf("%w: a fold of process %s given for %s", ErrInvalid, clip(p.ID), clip(id))
+	}
+	for range appendTries {
+		e, err := build(p)
+		if err != nil {
+			return nil, false, err
+		}
+		e.V, e.By, e.Hash = Version, r.writer, ""
+		dup, err := p.check(&e)
+		if err != nil {
+			return nil, false, err
+		}
+		if dup {
+			return r.keyed(ctx, id, e.Key)
+		}
+		e.At = r.now().UTC()
+		body, err := json.Marshal(e)
+		if err != nil {
+			return nil, false, err
+		}
+		msgID := fmt.Sprintf("proc:%s:%d:%.16s", subj, e.N, e.content())
+		seq, _, err := r.s.Append(ctx, streams.Publication{Subject: subj, Data: body, MsgID: msgID}, p.Head)
+		if err == nil {
+			e.Seq = seq
+			if err := p.apply(e); err != nil {
+				return nil, false, err
+			}
+			return &e, false, nil
+		}
+		if !errors.Is(err, streams.ErrConflict) {
+			return nil, false, fmt.Errorf("process %s: append %s: %w", clip(id), e.Type, err)
+		}
+		if err := r.catchUp(ctx, p); err != nil {
+			return nil, false, err
+		}
+	}
+	return nil, false, fmt.Errorf("process %s: append: the log kept moving under %d tries", clip(id), appendTries)
+}
+
+// keyed returns the stored event with key.
+func (r *Registry) keyed(ctx context.Context, id, key string) (*Event, bool, error) {
+	evs, err := r.Events(ctx, id, 0)
+	if err != nil {
+		return nil, false, err
+	}
+	for i := range evs {
+		if evs[i].Key == key {
+			return &evs[i], true, nil
+		}
+	}
+	return nil, false, fmt.Errorf("%w: process %s: key %q vanished from its log", ErrCorrupt, clip(id), clip(key))
+}
+
+func jsonData(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("processes: encoding %T: %v", v, err)) // only our own types
+	}
+	return b
+}
+
+// RequestCancel asks the process's runner to stop. A second request is a
+// no-op returning the first.
+func (r *Registry) RequestCancel(ctx context.Context, id, reason string) (*Event, error) {
+	if len(reason) > MaxTextBytes {
+		return nil, fmt.Errorf("%w: reason of %d bytes, at most %d", ErrInvalid, len(reason), MaxTextBytes)
+	}
+	p, err := r.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if p.CancelRequested != nil {
+		return p.CancelRequested, nil
+	}
+	e, _, err := r.Append(ctx, id, Event{Type: TypeCancelRequested, Data: jsonData(Request{Reason: reason})}, p)
+	if errors.Is(err, ErrConflict) && p.CancelRequested != nil {
+		return p.CancelRequested, nil // a request with another reason won
+	}
+	return e, err
+}
+
+// RequestAbandon records an operator's request that a process whose
+// runner is gone be marked abandoned. Recovery honours it once the
+// runner's lease has lapsed; the request alone ends nothing.
+func (r *Registry) RequestAbandon(ctx context.Context, id, reason string) (*Event, error) {
+	if len(reason) > MaxTextBytes {
+		return nil, fmt.Errorf("%w: reason of %d bytes, at most %d", ErrInvalid, len(reason), MaxTextBytes)
+	}
+	p, err := r.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if p.AbandonRequested != nil {
+		return p.AbandonRequested, nil
+	}
+	e, _, err := r.Append(ctx, id, Event{Type: TypeAbandonRequested, Data: jsonData(Request{Reason: reason})}, p)
+	if errors.Is(err, ErrConflict) && p.AbandonRequested != nil {
+		return p.AbandonRequested, nil
+	}
+	return e, err
+}
+
+// Finish writes the terminal event of work lash does not run: the owner
+// of externally owned work reports its outcome (ByExternalOwner), or
+// recovery abandons it on a request (ByReconciledRequest).
+func (r *Registry) Finish(ctx context.Context, id string, typ string, data any, by Authority) (*Event, bool, error) {
+	if !Terminal(typ) || by == ByLease {
+		return nil, false, fmt.Errorf("%w: Finish writes a terminal event with an authority", ErrInvalid)
+	}
+	return r.Append(ctx, id, Event{Type: typ, Authority: by, Data: jsonData(data)}, nil)
+}
+
+// Abandon marks the process abandoned under l, the process's lease: a
+// node draining its own work, or recovery that reclaimed the lease on
+// proof of the runner's death or after its lapse.
+func (r *Registry) Abandon(ctx context.Context, id string, l *leases.Lease, a Abandonment) (*Event, bool, error) {
+	if l == nil {
+		return nil, false, fmt.Errorf("%w: Abandon needs the process's lease", ErrInvalid)
+	}
+	return r.Append(ctx, id, Event{Type: TypeAbandoned, Token: l.Token, Data: jsonData(a)}, nil)
+}
