@@ -74,10 +74,21 @@ func (m *Manager) Nodes(ctx context.Context) ([]Holder, error) { return m.List(c
 // on this machine in this boot and its PID no longer exists. Without
 // evidence the holder is presumed alive until its TTL.
 func (m *Manager) dead(ctx context.Context, holder Owner) bool {
+	ev, err := m.DeathEvidence(ctx, holder)
+	return err == nil && ev != ""
+}
+
+// DeathEvidence says why holder's process is known to be gone ("pid gone",
+// "liveness gone"), or "" when nothing shows it: then it is presumed alive,
+// whatever time has passed.
+func (m *Manager) DeathEvidence(ctx context.Context, holder Owner) (string, error) {
 	if holder.Host != "" && holder.Host == m.owner.Host && holder.Boot != "" && holder.Boot == m.owner.Boot &&
 		processGone(holder.PID) {
-		return true
+		return fmt.Sprintf("pid gone: process %d of %s no longer exists on %s", holder.PID, holder, holder.Host), nil
 	}
 	alive, err := m.Alive(ctx, holder)
-	return err == nil && !alive
+	if err != nil || alive {
+		return "", err
+	}
+	return fmt.Sprintf("liveness gone: node %s has no liveness key for incarnation %s", holder.ID, holder.Incarnation), nil
 }

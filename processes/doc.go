@@ -28,6 +28,13 @@
 //     or recovery on proof of death (both under the lease), or recovery
 //     honouring an abandon request.
 //
+// Running and recovering processes is the Worker's (ADR 0021): it follows
+// the stream, and for each process not ended applies the pure rule of its
+// disposition (Recover): run it (rerunnable, or owner-bound not started),
+// never run it (externally owned), and end started owner-bound work only
+// on proof of its runner's death or an operator's request after the
+// runner's lease lapsed. Elapsed time alone never ends anything.
+//
 // Waiting for a process (Await) reads its log through a consumer that
 // goes on delivering events as they are stored: no polling, and no
 // terminal written meanwhile is missed.

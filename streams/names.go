@@ -202,6 +202,19 @@ func (s Subjects) ProcessEvents(process string) (string, error) {
 	return s.prefix + ".proc." + t[0] + ".ev", nil
 }
 
+// AllProcessEvents matches the logs of every process.
+func (s Subjects) AllProcessEvents() string { return s.prefix + ".proc.*.ev" }
+
+// ProcessOf returns the process id of a process subject.
+func (s Subjects) ProcessOf(subject string) (string, error) {
+	rest, ok := strings.CutPrefix(subject, s.prefix+".proc.")
+	tok, _, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 {
+		return "", fmt.Errorf("%w: %s is not a process subject", ErrBadID, clip(subject))
+	}
+	return ParseToken(tok)
+}
+
 // Signals matches every external signal.
 func (s Subjects) Signals() string { return s.prefix + ".signal.>" }
 

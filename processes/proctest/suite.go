@@ -43,6 +43,10 @@ var subtests = []struct {
 	{"abandon/writer-and-evidence", testAbandon},
 	{"await/ended", testAwaitEnded},
 	{"await/racing-terminal", testAwaitRacing},
+	{"worker/runs-once", testWorkersRunOnce},
+	{"worker/cancel", testWorkerCancel},
+	{"worker/drain", testDrain},
+	{"recovery/verdicts", testRecoveryVerdicts},
 }
 
 // Run runs the suite against env.

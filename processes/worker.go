@@ -1,0 +1,431 @@
+package processes
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/lash-run/lash/leases"
+	"github.com/lash-run/lash/streams"
+)
+
+// Executor does a process's work for one attempt and returns its result
+// (any JSON value). ctx ends when a cancel is requested, the lease is lost
+// or the worker stops; the worker then decides what the attempt's outcome
+// is. An error is the process's failure; an *ExecError names its code.
+type Executor interface {
+	Execute(ctx context.Context, run *Run) (json.RawMessage, error)
+}
+
+// ExecError is a failure with a code for the failed event.
+type ExecError struct {
+	Code    string
+	Message string
+}
+
+func (e *ExecError) Error() string { return e.Code + ": " + e.Message }
+
+// WorkerConfig configures a Worker.
+type WorkerConfig struct {
+	Registry *Registry
+	Leases   *leases.Manager
+	Store    Store
+	Executor Executor
+	// TTL of the process leases the worker claims. Default 15s.
+	TTL time.Duration
+	// Concurrency bounds the attempts running at once. Default 16.
+	Concurrency int
+	// Sweep is how often every process not ended is looked at again, for
+	// runners that vanished. Default TTL.
+	Sweep  time.Duration
+	Logger *slog.Logger
+	// OnEnd is called for each process the worker sees end, from its
+	// reading loop (it must not block for long): live is false for those
+	// read while the worker caught up with the stream at its start, which
+	// may have been seen to before.
+	OnEnd func(p *Process, live bool)
+}
+
+// Worker runs the processes of a deployment on one node: those nobody
+// runs, and those whose runner is gone, by the rule of their disposition
+// (Recover). It follows the PROCESSES stream from its start, keeping the
+// processes that have not ended, so a registration is run as soon as it
+// is stored and a cancel request reaches the attempt running it. Any
+// number of workers share a deployment; the process lease decides which
+// one runs an attempt.
+type Worker struct {
+	cfg  WorkerConfig
+	subj streams.Subjects
+
+	mu      sync.Mutex
+	open    map[string]*Process // processes not ended, as folded from the stream
+	running map[string]context.CancelCauseFunc
+	caught  bool          // the reader has caught up with the stream once
+	caughtC chan struct{} // closed then
+	kick    chan string
+	sem     chan struct{}
+	wg      sync.WaitGroup
+}
+
+// Causes that end an attempt's context.
+var (
+	errCancelRequested = errors.New("processes: cancel requested")
+	errLeaseLost       = errors.New("processes: lease lost")
+	errEndedElsewhere  = errors.New("processes: ended by another writer")
+)
+
+// NewWorker returns a worker; Run starts it.
+func NewWorker(cfg WorkerConfig) *Worker {
+	if cfg.TTL == 0 {
+		cfg.TTL = 15 * time.Second
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 16
+	}
+	if cfg.Sweep == 0 {
+		cfg.Sweep = cfg.TTL
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Worker{cfg: cfg, subj: cfg.Store.Subjects(), open: map[string]*Process{}, running: map[string]context.CancelCauseFunc{},
+		caughtC: make(chan struct{}), kick: make(chan string, 1024), sem: make(chan struct{}, cfg.Concurrency)}
+}
+
+// Run works until ctx ends. Attempts running then are stopped: owner-bound
+// work that started is marked abandoned by its owner's drain, other work
+// is handed back (its lease released) for another worker to run again.
+func (w *Worker) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	readErr := make(chan error, 1)
+	go func() { readErr <- w.read(ctx) }()
+	t := time.NewTicker(w.cfg.Sweep)
+	defer t.Stop()
+	caught := w.caughtC
+	var err error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-caught:
+			caught = nil
+			w.sweep(ctx)
+		case err = <-readErr:
+			if ctx.Err() == nil {
+				w.cfg.Logger.Warn("process worker stopped reading the processes", "err", err)
+			}
+			break loop
+		case pid := <-w.kick:
+			w.consider(ctx, pid)
+		case <-t.C:
+			w.sweep(ctx)
+		}
+	}
+	cancel()
+	w.wg.Wait()
+	if ctx.Err() != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// Open lists the processes not ended, as the worker knows them.
+func (w *Worker) Open() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ids := make([]string, 0, len(w.open))
+	for id := range w.open {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// read follows the stream, folding every process that has not ended.
+func (w *Worker) read(ctx context.Context) error {
+	return w.cfg.Store.Tail(ctx, streams.Processes, []string{w.subj.AllProcessEvents()}, 1, func(m *streams.Msg, pending uint64) error {
+		if ended, live := w.apply(m); ended != nil && w.cfg.OnEnd != nil {
+			w.cfg.OnEnd(ended, live)
+		}
+		if pending == 0 {
+			w.mu.Lock()
+			if !w.caught {
+				w.caught = true
+				close(w.caughtC)
+			}
+			w.mu.Unlock()
+		}
+		return nil
+	})
+}
+
+// apply folds one message into the open processes and returns the
+// process it ended, if it ended one.
+func (w *Worker) apply(m *streams.Msg) (ended *Process, live bool) {
+	pid, err := w.subj.ProcessOf(m.Subject)
+	if err != nil {
+		w.cfg.Logger.Warn("a message on no process's subject", "subject", m.Subject, "seq", m.Seq)
+		return nil, false
+	}
+	e, err := Decode(m.Data, m.Seq)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.open[pid]
+	if err == nil && e.Type == TypeRegistered {
+		p = &Process{ID: pid}
+	}
+	if p == nil {
+		return nil, false // ended, or its log was set aside
+	}
+	if err == nil {
+		err = p.apply(e)
+	}
+	if err != nil {
+		// Left for an operator: recovery never acts on a log it cannot read.
+		w.cfg.Logger.Error("process log unreadable; the process is left as it is", "process", pid, "seq", m.Seq, "err", err)
+		delete(w.open, pid)
+		return nil, false
+	}
+	w.open[pid] = p
+	cancel := w.running[pid]
+	switch {
+	case p.Ended():
+		delete(w.open, pid)
+		if cancel != nil {
+			cancel(errEndedElsewhere)
+		}
+		return p, w.caught
+	case e.Type == TypeCancelRequested && cancel != nil:
+		cancel(errCancelRequested)
+	}
+	if w.caught && (e.Type == TypeRegistered || e.Type == TypeCancelRequested || e.Type == TypeAbandonRequested) {
+		select {
+		case w.kick <- pid:
+		default: // the sweep comes soon
+		}
+	}
+	return nil, false
+}
+
+func (w *Worker) sweep(ctx context.Context) {
+	for _, pid := range w.Open() {
+		if ctx.Err() != nil {
+			return
+		}
+		w.consider(ctx, pid)
+	}
+}
+
+// consider applies the recovery rule to one process, starting an attempt
+// when the rule says so and a slot is free.
+func (w *Worker) consider(ctx context.Context, pid string) {
+	w.mu.Lock()
+	p, ok := w.open[pid]
+	_, busy := w.running[pid]
+	var snap Process
+	if ok {
+		snap = *p
+	}
+	w.mu.Unlock()
+	if !ok || busy {
+		return
+	}
+	var f Facts
+	if snap.Registration.Disposition == OwnerBound && snap.Started() {
+		ev, err := w.cfg.Leases.DeathEvidence(ctx, snap.LastStart.Owner.Lease())
+		if err != nil {
+			w.cfg.Logger.Warn("checking a process runner's liveness", "process", pid, "err", err)
+			return
+		}
+		f.OwnerDead = ev
+	}
+	action, why := Recover(&snap, f)
+	switch action {
+	case Leave:
+		return
+	case FinishRequested:
+		a := Abandonment{Writer: ReconciledRequest, Evidence: why}
+		if _, _, err := w.cfg.Registry.Finish(ctx, pid, TypeAbandoned, a, ByReconciledRequest); err != nil && ctx.Err() == nil {
+			w.cfg.Logger.Warn("abandoning externally owned work on request", "process", pid, "err", err)
+		}
+		return
+	}
+	select {
+	case w.sem <- struct{}{}:
+	default:
+		return // every slot is taken: the sweep comes back to it
+	}
+	actx, cancel := context.WithCancelCause(ctx)
+	w.mu.Lock()
+	w.running[pid] = cancel
+	w.mu.Unlock()
+	w.wg.Go(func() {
+		defer func() {
+			cancel(nil)
+			w.mu.Lock()
+			delete(w.running, pid)
+			w.mu.Unlock()
+			<-w.sem
+		}()
+		if err := w.attempt(actx, pid, f); err != nil && ctx.Err() == nil {
+			w.cfg.Logger.Warn("process attempt", "process", pid, "action", action, "err", err)
+		}
+	})
+}
+
+// attempt claims the process's lease, decides again on the log as it is
+// then, and acts.
+func (w *Worker) attempt(ctx context.Context, pid string, f Facts) error {
+	key, err := leases.Key("proc", pid)
+	if err != nil {
+		return err
+	}
+	l, err := w.cfg.Leases.Claim(ctx, key, w.cfg.TTL)
+	if errors.Is(err, leases.ErrBusy) {
+		return nil // a live runner has it
+	}
+	if err != nil {
+		return err
+	}
+	// Writes after the attempt's context ended (a drain) still get done.
+	wctx, stop := context.WithTimeout(context.WithoutCancel(ctx), streams.DefaultTimeout)
+	defer stop()
+	release := true
+	defer func() {
+		if release {
+			_ = w.cfg.Leases.Release(wctx, l)
+		}
+	}()
+	p, err := w.cfg.Registry.Get(ctx, pid)
+	if err != nil {
+		return err
+	}
+	action, why := Recover(p, f)
+	var owner *Owner
+	if p.LastStart != nil {
+		o := p.LastStart.Owner
+		owner = &o
+	}
+	switch action {
+	case Leave, FinishRequested:
+		return nil
+	case CancelRun:
+		_, _, err = w.cfg.Registry.Append(wctx, pid, Event{Type: TypeCancelled, Token: l.Token, Data: jsonData(Request{Reason: why})}, p)
+		return err
+	case AbandonDead:
+		_, _, err = w.cfg.Registry.Abandon(wctx, pid, l, Abandonment{Writer: Sweep, Owner: owner, Evidence: why})
+		return err
+	case AbandonLapsed:
+		_, _, err = w.cfg.Registry.Abandon(wctx, pid, l, Abandonment{Writer: ReconciledRequest, Owner: owner, Evidence: why})
+		return err
+	}
+	run, err := w.cfg.Registry.Start(ctx, pid, l)
+	if err != nil {
+		return err
+	}
+	if run.Process().CancelRequested != nil {
+		// Requested between the claim and the start: the reader may
+		// have passed it before this attempt was registered as running.
+		w.cancel(pid, errCancelRequested)
+	}
+	renewed := make(chan struct{})
+	rctx, stopRenew := context.WithCancel(ctx)
+	go w.renew(rctx, l, renewed)
+	res, err := w.cfg.Executor.Execute(ctx, run)
+	cause := context.Cause(ctx)
+	if ctx.Err() == nil {
+		cause = nil
+	}
+	stopRenew()
+	<-renewed
+	switch {
+	case errors.Is(cause, errLeaseLost):
+		release = false
+		return cause
+	case errors.Is(cause, errEndedElsewhere):
+		return nil
+	case err == nil:
+		// Done, whatever came meanwhile: the work's outcome stands.
+		if len(res) > MaxDataBytes {
+			_, err = run.Fail(wctx, Failure{Code: "result_too_large", Message: fmt.Sprintf("a result of %d bytes, at most %d", len(res), MaxDataBytes)})
+		} else {
+			_, err = run.Complete(wctx, res)
+		}
+	case errors.Is(cause, errCancelRequested):
+		if err := run.Refresh(wctx); err != nil {
+			return err
+		}
+		reason := "cancel requested"
+		if cr := run.Process().CancelRequested; cr != nil {
+			var r Request
+			_ = json.Unmarshal(cr.Data, &r)
+			reason = fmt.Sprintf("cancel request, event %d: %s", cr.N, r.Reason)
+		}
+		_, err = run.Cancelled(wctx, reason)
+	case cause != nil:
+		// The worker stops: owner-bound work that started is not run
+		// again, so its owner says it is abandoned; other work is handed
+		// back by releasing the lease.
+		if p.Registration.Disposition == OwnerBound {
+			_, err = run.Drained(wctx)
+		}
+		return err
+	default:
+		var xe *ExecError
+		if !errors.As(err, &xe) {
+			xe = &ExecError{Code: "error", Message: err.Error()}
+		}
+		_, err = run.Fail(wctx, Failure{Code: xe.Code, Message: xe.Message})
+	}
+	if errors.Is(err, ErrTerminal) {
+		return nil // ended by another writer first (an abandon, say)
+	}
+	return err
+}
+
+// renew keeps l alive while ctx lasts; losing it ends the attempt.
+func (w *Worker) renew(ctx context.Context, l *leases.Lease, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(l.TTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			err := w.cfg.Leases.Renew(ctx, l)
+			if err == nil || ctx.Err() != nil {
+				continue
+			}
+			if errors.Is(err, leases.ErrLost) || !l.Valid(time.Now()) {
+				w.cfg.Logger.Warn("process lease lost; the attempt stops", "lease", l.Key, "err", err)
+				w.cancelLease(l)
+				return
+			}
+			w.cfg.Logger.Warn("renewing a process lease; trying again", "lease", l.Key, "err", err)
+		}
+	}
+}
+
+func (w *Worker) cancel(pid string, cause error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if cancel := w.running[pid]; cancel != nil {
+		cancel(cause)
+	}
+}
+
+func (w *Worker) cancelLease(l *leases.Lease) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for pid, cancel := range w.running {
+		if key, _ := leases.Key("proc", pid); key == l.Key {
+			cancel(errLeaseLost)
+		}
+	}
+}
