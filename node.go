@@ -11,6 +11,7 @@ import (
 	"github.com/lash-run/lash/blobs"
 	"github.com/lash-run/lash/effectlog"
 	"github.com/lash-run/lash/leases"
+	"github.com/lash-run/lash/processes"
 	"github.com/lash-run/lash/projector"
 	"github.com/lash-run/lash/provider"
 	"github.com/lash-run/lash/sessionlog"
@@ -109,6 +110,7 @@ type Node struct {
 	proj     *projector.Projector
 	projDone chan struct{}
 	blobs    *blobs.Store
+	procs    *processes.Registry
 	settings nodeSettings
 	health   health
 	states   *states
@@ -209,6 +211,7 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 	n.runName = o.nodeID + "/" + n.owner.Incarnation
 	n.journal = effectlog.New(c, effectlog.WithRecorder(n.runName), effectlog.WithBlobs(n.blobs), effectlog.WithSettings(fp))
 	n.leases = leases.New(c, n.owner)
+	n.procs = processes.New(c, o.nodeID)
 	n.runner = tools.NewRunner(o.tools, tools.WithDefaultTimeout(o.toolTime), tools.WithLogger(o.logger))
 	if err := n.leases.Beat(ctx, o.leaseTTL); err != nil {
 		n.closeConn()

@@ -99,6 +99,8 @@ func (n *Node) wakeTimers(ctx context.Context) error {
 				err = n.wake(ctx, pc, "slept until "+pc.ticket.Until.Format(time.RFC3339))
 			case builtin.SignalTicket:
 				err = n.wakeOnLastSignal(ctx, pc)
+			case builtin.ProcessTicket:
+				err = n.wakeOnProcessEnd(ctx, pc, nil)
 			}
 			if err != nil && ctx.Err() == nil {
 				n.opts.logger.Warn("waking a parked call", "session", pc.session, "call", pc.call.ID, "err", err)
@@ -141,8 +143,9 @@ func (n *Node) wakeSignals(ctx context.Context) error {
 		return err
 	}
 	for ctx.Err() == nil {
-		// Signals are handled as each arrives: a wait wakes at once.
-		_, err := d.Fetch(ctx, 64, 5*time.Second, func(dl *streams.Delivery) {
+		// Signals are handled as each arrives: a wait wakes at once. The
+		// fetch ignores ctx, so its wait bounds how long a stop takes.
+		_, err := d.Fetch(ctx, 64, time.Second, func(dl *streams.Delivery) {
 			if err := n.signal(ctx, dl.Msg); err != nil {
 				if ctx.Err() == nil {
 					n.opts.logger.Warn("signal not delivered yet; it comes back", "subject", dl.Msg.Subject, "err", err)
@@ -229,6 +232,8 @@ func parkedTicket(sc turn.SuspendedCall) (builtin.Ticket, bool) {
 		return t, sc.Call.Name == builtin.SleepTool
 	case t.Kind == builtin.SignalTicket:
 		return t, sc.Call.Name == builtin.SignalTool
+	case t.Kind == builtin.ProcessTicket:
+		return t, sc.Call.Name == builtin.ProcessAwaitTool
 	}
 	return t, sc.Call.Name == builtin.ApprovalTool
 }
@@ -239,7 +244,11 @@ func parkedTicket(sc turn.SuspendedCall) (builtin.Ticket, bool) {
 // two signals, or across later turns that leave it parked, append it once
 // within the dedupe window.
 func (n *Node) wake(ctx context.Context, pc parkedCall, payload string) error {
-	id := wakeID(pc.call.ID)
+	return n.wakeAs(ctx, pc, wakeID(pc.call.ID), payload)
+}
+
+// wakeAs is wake with the decision's id (and input key) given.
+func (n *Node) wakeAs(ctx context.Context, pc parkedCall, id, payload string) error {
 	data, err := json.Marshal(Input{Decisions: []Decision{{ID: id, CallID: pc.call.ID, Action: "resume", Mode: "use-result", Payload: payload}}})
 	if err != nil {
 		return err

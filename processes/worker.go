@@ -99,8 +99,8 @@ func NewWorker(cfg WorkerConfig) *Worker {
 // Run works until ctx ends. Attempts running then are stopped: owner-bound
 // work that started is marked abandoned by its owner's drain, other work
 // is handed back (its lease released) for another worker to run again.
-func (w *Worker) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
+func (w *Worker) Run(parent context.Context) error {
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	readErr := make(chan error, 1)
 	go func() { readErr <- w.read(ctx) }()
@@ -129,10 +129,10 @@ loop:
 	}
 	cancel()
 	w.wg.Wait()
-	if ctx.Err() != nil && !errors.Is(err, context.Canceled) {
-		return err
+	if parent.Err() != nil {
+		return nil
 	}
-	return nil
+	return err
 }
 
 // Open lists the processes not ended, as the worker knows them.

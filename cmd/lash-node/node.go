@@ -97,6 +97,9 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) (err error) {
 			_ = node.Close(context.Background())
 		}
 	})
+	if err := ts.addBuiltin(node.ProcessTools()...); err != nil {
+		return err
+	}
 	owner := node.Owner()
 	log = log.With("node", node.ID())
 	m.info(prometheus.Labels{"node": node.ID(), "incarnation": owner.Incarnation, "version": nodeVersion()})
@@ -134,7 +137,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) (err error) {
 	side, stopSide := context.WithCancel(ctx)
 	defer stopWork()
 	defer stopSide()
-	failed := make(chan error, 2)
+	failed := make(chan error, 3)
 	var serving, waking sync.WaitGroup
 	serving.Add(1)
 	go func() {
@@ -143,11 +146,17 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) (err error) {
 			failed <- fmt.Errorf("dispatch: %w", err)
 		}
 	}()
-	waking.Add(2)
+	waking.Add(3)
 	go func() {
 		defer waking.Done()
 		if err := node.Wake(side); err != nil && side.Err() == nil {
 			failed <- fmt.Errorf("wake: %w", err)
+		}
+	}()
+	go func() {
+		defer waking.Done()
+		if err := node.RunProcesses(side); err != nil && side.Err() == nil {
+			failed <- fmt.Errorf("processes: %w", err)
 		}
 	}()
 	go func() {

@@ -49,6 +49,20 @@ func newToolSet(nc *nats.Conn, prefix string, log *slog.Logger, problem func()) 
 	return t, nil
 }
 
+// addBuiltin registers tools the node itself offers, which discovery
+// never removes.
+func (t *toolSet) addBuiltin(ts ...tools.Tool) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, tool := range ts {
+		if err := t.reg.Register(tool); err != nil {
+			return err
+		}
+		t.builtin[tool.Spec().Name] = true
+	}
+	return nil
+}
+
 // goneAfter is how many discoveries in a row must miss a remote tool before
 // it is removed. Until then a call waits for a server (natstool.NoServerWait).
 const goneAfter = 3

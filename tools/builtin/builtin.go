@@ -36,6 +36,8 @@ type Ticket struct {
 	Until time.Time
 	// Subject is the signal subject a signal wait listens on.
 	Subject string
+	// Process is the process a process wait waits for.
+	Process string
 	// Text is the ticket's argument as written.
 	Text string
 }
@@ -56,6 +58,11 @@ func ParseTicket(s string) (Ticket, bool) {
 			return t, false
 		}
 		t.Subject = arg
+	case ProcessTicket:
+		if arg == "" {
+			return t, false
+		}
+		t.Process = arg
 	case ApprovalTicket:
 	default:
 		return t, false

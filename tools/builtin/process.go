@@ -1,0 +1,214 @@
+package builtin
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/lash-run/lash/processes"
+	"github.com/lash-run/lash/tools"
+)
+
+// The process tools' names.
+const (
+	ProcessStartTool  = "process_start"
+	ProcessAwaitTool  = "process_await"
+	ProcessCancelTool = "process_cancel"
+)
+
+// ProcessTicket parks a process_await call: "process <pid>".
+const ProcessTicket = "process"
+
+// Processes is what the process tools need of the deployment's process
+// registry (*processes.Registry is one).
+type Processes interface {
+	Register(ctx context.Context, id string, reg processes.Registration) (*processes.Process, bool, error)
+	Get(ctx context.Context, id string) (*processes.Process, error)
+	RequestCancel(ctx context.Context, id, reason string) (*processes.Event, error)
+}
+
+// ProcessID names the process a call starts: derived from the call's
+// replay key, so a replayed or repeated call names the same process and
+// its registration is a no-op.
+func ProcessID(info tools.CallInfo) string {
+	sum := sha256.Sum256([]byte(info.Key.String()))
+	return "p-" + hex.EncodeToString(sum[:12])
+}
+
+// NamedProcessID names the process a session started under a name of its
+// choosing: the same name in the same session is the same process.
+func NamedProcessID(session, name string) string {
+	sum := sha256.Sum256([]byte("name\x00" + session + "\x00" + name))
+	return "p-" + hex.EncodeToString(sum[:12])
+}
+
+// maxProcessName bounds a process's name in its session.
+const maxProcessName = 128
+
+// ProcessTools returns process_start, process_await and process_cancel.
+// has reports whether a tool may be run in the background (nil: any).
+func ProcessTools(ps Processes, has func(tool string) bool) []tools.Tool {
+	start, err := tools.Func(ProcessStartTool, "Run a tool in the background. Returns at once with the process id; when the process ends, its outcome comes back as a new message. Use process_await to wait for it instead.",
+		func(ctx context.Context, a struct {
+			Tool  string         `json:"tool" jsonschema:"the tool to run"`
+			Args  map[string]any `json:"args,omitempty" jsonschema:"the tool's arguments, as it takes them"`
+			Name  string         `json:"name,omitempty" jsonschema:"a name for the process, unique in this conversation, to refer to it by; starting the same name with the same tool and arguments again refers to the same process"`
+			Label string         `json:"label,omitempty" jsonschema:"a short description, for people watching"`
+		}) (string, error) {
+			info, ok := tools.Info(ctx)
+			if !ok {
+				return "", errors.New("process_start runs inside a turn")
+			}
+			if has != nil && !has(a.Tool) || a.Tool == ProcessStartTool || a.Tool == ProcessAwaitTool {
+				return "", fmt.Errorf("no tool %q can run in the background", a.Tool)
+			}
+			args := json.RawMessage(`{}`)
+			if len(a.Args) > 0 {
+				var err error
+				if args, err = json.Marshal(a.Args); err != nil {
+					return "", err
+				}
+			}
+			k := info.Key
+			reg := processes.Registration{
+				Input:       processes.Input{Kind: processes.ToolCall, Tool: a.Tool, Args: args},
+				Disposition: processes.Rerunnable,
+				Provenance:  processes.Provenance{Session: k.Session, Turn: k.Turn, Effect: uint64(k.Effect), Call: k.Call},
+				WakeTarget:  k.Session,
+				Label:       a.Label,
+			}
+			id := ProcessID(info)
+			if a.Name != "" {
+				if len(a.Name) > maxProcessName {
+					return "", fmt.Errorf("name of %d bytes, at most %d", len(a.Name), maxProcessName)
+				}
+				id = NamedProcessID(k.Session, a.Name)
+			}
+			_, _, err := ps.Register(ctx, id, reg)
+			if errors.Is(err, processes.ErrConflict) {
+				// Started under this name by an earlier call: the same
+				// work is the same process.
+				p, gerr := ps.Get(ctx, id)
+				if gerr != nil {
+					return "", gerr
+				}
+				if p.Registration.Input.Tool != a.Tool || !sameJSON(p.Registration.Input.Args, args) {
+					return "", fmt.Errorf("a process named %q was started with another tool or other arguments", a.Name)
+				}
+				return fmt.Sprintf(`{"process":%q,"status":%q}`, id, p.Status()), nil
+			}
+			if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf(`{"process":%q,"status":"started"}`, id), nil
+		})
+	if err != nil {
+		panic(err)
+	}
+	await, err := tools.Func(ProcessAwaitTool, "Wait until a background process ends and return its outcome. The wait survives restarts and holds nothing while it lasts.",
+		func(ctx context.Context, a struct {
+			Process string `json:"process" jsonschema:"the process id process_start returned, or the name it was given"`
+		}) (string, error) {
+			if info, ok := tools.Info(ctx); ok && info.Decision != nil {
+				return info.Decision.Payload, nil
+			}
+			p, err := addressable(ctx, ps, a.Process)
+			if err != nil {
+				return "", err
+			}
+			if p.Ended() {
+				return ProcessOutcome(p), nil
+			}
+			return "", tools.Pending(ProcessTicket + " " + p.ID)
+		})
+	if err != nil {
+		panic(err)
+	}
+	cancel, err := tools.Func(ProcessCancelTool, "Ask a background process to stop. Its end comes back like any other.",
+		func(ctx context.Context, a struct {
+			Process string `json:"process" jsonschema:"the process id process_start returned, or the name it was given"`
+			Reason  string `json:"reason,omitempty" jsonschema:"why, for people watching"`
+		}) (string, error) {
+			p, err := addressable(ctx, ps, a.Process)
+			if err != nil {
+				return "", err
+			}
+			if p.Ended() {
+				return "it had ended: " + ProcessOutcome(p), nil
+			}
+			if _, err := ps.RequestCancel(ctx, p.ID, a.Reason); err != nil {
+				return "", err
+			}
+			return "cancel requested", nil
+		})
+	if err != nil {
+		panic(err)
+	}
+	return []tools.Tool{start, await, cancel}
+}
+
+// addressable returns the process if the calling session may address it:
+// it started it, or it is the process's wake target.
+func addressable(ctx context.Context, ps Processes, id string) (*processes.Process, error) {
+	info, ok := tools.Info(ctx)
+	if !ok {
+		return nil, errors.New("process tools run inside a turn")
+	}
+	p, err := ps.Get(ctx, id)
+	if errors.Is(err, processes.ErrUnknown) || errors.Is(err, processes.ErrInvalid) {
+		// Not an id: a name the session gave.
+		p, err = ps.Get(ctx, NamedProcessID(info.Key.Session, id))
+	}
+	if errors.Is(err, processes.ErrUnknown) || errors.Is(err, processes.ErrInvalid) {
+		return nil, fmt.Errorf("no process %q", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if s := info.Key.Session; p.Registration.Provenance.Session != s && p.Registration.WakeTarget != s {
+		return nil, fmt.Errorf("no process %q", id) // not said to exist to those it is not theirs
+	}
+	return p, nil
+}
+
+// ProcessOutcome is an ended process's outcome as the model reads it.
+func ProcessOutcome(p *processes.Process) string {
+	if p.End == nil {
+		return "still running"
+	}
+	d := p.End.Data
+	switch p.End.Type {
+	case processes.TypeCompleted:
+		var s string
+		if json.Unmarshal(d, &s) == nil {
+			return s
+		}
+		return string(d)
+	case processes.TypeFailed:
+		var f processes.Failure
+		_ = json.Unmarshal(d, &f)
+		return fmt.Sprintf("failed (%s): %s", f.Code, f.Message)
+	case processes.TypeCancelled:
+		var r processes.Request
+		_ = json.Unmarshal(d, &r)
+		return "cancelled: " + r.Reason
+	case processes.TypeAbandoned:
+		var a processes.Abandonment
+		_ = json.Unmarshal(d, &a)
+		return fmt.Sprintf("abandoned, outcome unknown (%s: %s)", a.Writer, a.Evidence)
+	}
+	return p.End.Type
+}
+
+func sameJSON(a, b json.RawMessage) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	ca, _ := json.Marshal(x)
+	cb, _ := json.Marshal(y)
+	return string(ca) == string(cb)
+}
