@@ -2,6 +2,7 @@ package lash
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -17,6 +18,24 @@ import (
 )
 
 const backgroundScript = `
+rule child
+  when user contains summarize the logs
+  say summary: all quiet
+
+rule spawn
+  when user contains ask a helper
+  when tools = 0
+  call spawn_agent {"task":"summarize the logs","name":"helper","tools":["build"]}
+
+rule await-helper
+  when user contains ask a helper
+  when tool contains started
+  call process_await {"process":"helper"}
+
+rule helper-done
+  when tool contains summary: all quiet
+  say the helper says all is quiet
+
 rule later
   when user contains docs later
   when tools = 0
@@ -66,7 +85,11 @@ func backgroundNode(t *testing.T, r *rig, release <-chan struct{}, builds *atomi
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := reg.Register(build); err != nil {
+	deploy, err := tools.Func("deploy", "deploy a build", func(ctx context.Context, a struct{}) (string, error) { return "deployed", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(reg.Register(build), reg.Register(deploy)); err != nil {
 		t.Fatal(err)
 	}
 	n := r.node("bg", WithTools(reg), WithProjection(t.TempDir()))
@@ -174,5 +197,43 @@ func TestProcessEndWakesSession(t *testing.T) {
 	}
 	if got := builds.Load(); got != 1 {
 		t.Fatalf("the tool ran %d times", got)
+	}
+}
+
+// A turn spawns a sub-agent and parks on it: the sub-agent's task is the
+// first turn of a session of its own, run by the node's dispatch, and its
+// final answer resumes the parked call.
+func TestSpawnAgent(t *testing.T) {
+	release := make(chan struct{})
+	close(release)
+	var builds atomic.Int32
+	n, ctx := backgroundNode(t, newRig(t), release, &builds)
+	s := n.Session("lead")
+	if _, _, err := s.Send(ctx, "k1", Input{Text: "ask a helper"}); err != nil {
+		t.Fatal(err)
+	}
+	waitForAnswer(t, s, "the helper says all is quiet")
+	pid := builtin.NamedProcessID("lead", "helper")
+	p, err := n.Processes().Get(ctx, pid)
+	if err != nil || p.Status() != processes.Completed || string(p.End.Data) != `"summary: all quiet"` {
+		t.Fatalf("sub-agent process %+v, %v", p, err)
+	}
+	if in := p.Registration.Input; in.Kind != processes.SessionTurn || in.Session != pid || in.Depth != 1 {
+		t.Fatalf("sub-agent input %+v", in)
+	}
+	child, err := n.Session(pid).Transcript(ctx)
+	if err != nil || len(child) != 2 || child[0].Text != "summarize the logs" || child[1].Text != "summary: all quiet" {
+		t.Fatalf("the sub-agent's conversation: %s, %v", describeTranscript(child), err)
+	}
+	specs, err := n.toolSpecs(ctx, pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range specs {
+		names = append(names, s.Name)
+	}
+	if got := strings.Join(names, ","); got != "build,process_await,process_cancel,process_start,spawn_agent" {
+		t.Fatalf("the sub-agent is offered %s", got)
 	}
 }

@@ -280,7 +280,11 @@ func (d *drive) perform(ctx context.Context, e turn.Effect) (*answer, error) {
 	n := d.s.n
 	switch e := e.(type) {
 	case *turn.SyncTools:
-		return &answer{Tools: n.opts.tools.Specs()}, nil
+		specs, err := n.toolSpecs(ctx, d.s.id)
+		if err != nil {
+			return nil, err
+		}
+		return &answer{Tools: specs}, nil
 	case *turn.LLMCall:
 		ectx, done := d.interrupt.begin(ctx)
 		resp, err := n.opts.model.Complete(ectx, e.Request, nil)

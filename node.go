@@ -111,6 +111,9 @@ type Node struct {
 	projDone chan struct{}
 	blobs    *blobs.Store
 	procs    *processes.Registry
+	// agents caches the registrations of sub-agents' sessions.
+	agentsMu sync.Mutex
+	agents   map[string]*processes.Process
 	settings nodeSettings
 	health   health
 	states   *states

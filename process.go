@@ -9,6 +9,7 @@ import (
 	"fmt"
 
 	"github.com/lash-run/lash/processes"
+	"github.com/lash-run/lash/sessionlog"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/tools"
 	"github.com/lash-run/lash/tools/builtin"
@@ -59,7 +60,11 @@ type processExecutor struct{ n *Node }
 func (x processExecutor) Execute(ctx context.Context, run *processes.Run) (json.RawMessage, error) {
 	p := run.Process()
 	in := p.Registration.Input
-	if in.Kind != processes.ToolCall {
+	switch in.Kind {
+	case processes.SessionTurn:
+		return x.agentTurn(ctx, p)
+	case processes.ToolCall:
+	default:
 		return nil, &processes.ExecError{Code: "unsupported", Message: fmt.Sprintf("this node does not run %s processes", in.Kind)}
 	}
 	call := turn.PendingCall{
@@ -136,6 +141,137 @@ func (n *Node) wakeOnProcessEnd(ctx context.Context, pc parkedCall, p *processes
 		}
 	}
 	return n.wakeAs(ctx, pc, key, builtin.ProcessOutcome(p))
+}
+
+// agentTurn runs a sub-agent: its task is an input of its own session,
+// run like any other (by whichever node's dispatch takes it, with the
+// same crash recovery), and its result is the final answer of the turn
+// that took the task, or of the first turn after it that did not end
+// suspended. A re-run finds the task's input there (its key is the
+// process's) and the committed turn, and calls no model again.
+func (x processExecutor) agentTurn(ctx context.Context, p *processes.Process) (json.RawMessage, error) {
+	n := x.n
+	child := p.Registration.Input.Session
+	s := n.Session(child)
+	seq, _, err := s.Send(ctx, agentTaskKey(p.ID), Input{Text: p.Registration.Input.Instructions})
+	if errors.Is(err, ErrBadInput) {
+		return nil, &processes.ExecError{Code: "bad_task", Message: err.Error()}
+	}
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() {
+		if !errors.Is(context.Cause(ctx), processes.ErrCancelRequested) {
+			return // handed back: the turn goes on, and the next attempt waits for it
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), streams.DefaultTimeout)
+		defer cancel()
+		if _, _, err := s.Send(cctx, agentCancelKey(p.ID), Input{Cancel: true}); err != nil {
+			n.opts.logger.Warn("cancelling a sub-agent's turn", "session", child, "err", err)
+		}
+	})
+	defer stop()
+	o, err := n.outcomeAfter(ctx, child, seq)
+	if err != nil {
+		return nil, err
+	}
+	switch o.Termination.Reason {
+	case turn.Cancelled:
+		return nil, &processes.ExecError{Code: "agent_cancelled", Message: o.Termination.String()}
+	case turn.Error:
+		return nil, &processes.ExecError{Code: "agent_failed", Message: o.Termination.String()}
+	}
+	answer := ""
+	for _, m := range o.Messages {
+		if m.Role == turn.RoleAssistant && m.Text != "" {
+			answer = m.Text
+		}
+	}
+	return json.Marshal(answer)
+}
+
+// outcomeAfter follows a session's log until the turn that took input seq
+// has ended, or a turn after it did, unsuspended, and returns its outcome.
+// An input consumed without a turn is an error.
+func (n *Node) outcomeAfter(ctx context.Context, session string, seq uint64) (*turn.Outcome, error) {
+	subj, err := n.client.Subjects().SessionEvents(session)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		took bool
+		out  *turn.Outcome
+		fail error
+	)
+	errDone := errors.New("done")
+	err = n.client.Tail(ctx, streams.Sessions, []string{subj}, 1, func(m *streams.Msg, _ uint64) error {
+		e, err := sessionlog.DecodeEntry(m.Data)
+		if err != nil || e.Kind == sessionlog.KindFence {
+			return nil
+		}
+		body, err := n.log.Body(ctx, e)
+		if err != nil {
+			return err
+		}
+		var uses []sessionlog.InputUse
+		var o *turn.Outcome
+		if e.Kind == sessionlog.KindCommit {
+			tb, err := sessionlog.DecodeTurnBody(body)
+			if err != nil {
+				return nil
+			}
+			uses, o = tb.Inputs, &tb.Outcome
+		} else if cb, err := sessionlog.DecodeConsumeBody(body); err == nil {
+			uses = cb.Inputs
+		}
+		for _, u := range uses {
+			if u.Seq == seq && (u.Refused != "" || u.Duplicate != 0) && o == nil {
+				fail = &processes.ExecError{Code: "bad_task", Message: "the task was not taken: " + u.Refused}
+				return errDone
+			}
+			took = took || u.Seq == seq
+		}
+		if took && o != nil && o.Termination.Reason != turn.Suspended {
+			out = o
+			return errDone
+		}
+		return nil
+	})
+	if errors.Is(err, errDone) {
+		return out, fail
+	}
+	return nil, err
+}
+
+// maxAgentsCached bounds the sub-agent registrations a node keeps.
+const maxAgentsCached = 4096
+
+func agentTaskKey(pid string) string   { return "agent-task:" + pid }
+func agentCancelKey(pid string) string { return "agent-cancel:" + pid }
+
+// toolSpecs is the catalog a session's turns are offered: the node's
+// tools, or a sub-agent's share of them.
+func (n *Node) toolSpecs(ctx context.Context, session string) ([]turn.ToolSpec, error) {
+	specs := n.opts.tools.Specs()
+	if !builtin.IsProcessID(session) {
+		return specs, nil
+	}
+	n.agentsMu.Lock()
+	agent := n.agents[session]
+	n.agentsMu.Unlock()
+	if agent == nil {
+		var err error
+		if agent, err = builtin.AgentOf(ctx, n.procs, session); err != nil || agent == nil {
+			return specs, err
+		}
+		n.agentsMu.Lock()
+		if n.agents == nil || len(n.agents) >= maxAgentsCached {
+			n.agents = map[string]*processes.Process{}
+		}
+		n.agents[session] = agent // registrations never change
+		n.agentsMu.Unlock()
+	}
+	return builtin.AgentTools(agent, specs), nil
 }
 
 func processName(p *processes.Process) string {

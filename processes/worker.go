@@ -71,9 +71,13 @@ type Worker struct {
 	wg      sync.WaitGroup
 }
 
+// ErrCancelRequested is the cause (context.Cause) of an attempt's context
+// ended by a cancel request, for executors that stop work elsewhere.
+var ErrCancelRequested = errors.New("processes: cancel requested")
+
 // Causes that end an attempt's context.
 var (
-	errCancelRequested = errors.New("processes: cancel requested")
+	errCancelRequested = ErrCancelRequested
 	errLeaseLost       = errors.New("processes: lease lost")
 	errEndedElsewhere  = errors.New("processes: ended by another writer")
 )

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lash-run/lash/processes"
 	"github.com/lash-run/lash/tools"
 	"github.com/lash-run/lash/turn"
 )
@@ -87,5 +88,36 @@ func TestParseTicket(t *testing.T) {
 		if _, ok := ParseTicket(bad); ok {
 			t.Errorf("%q parsed", bad)
 		}
+	}
+}
+
+func TestAgentTools(t *testing.T) {
+	specs := []turn.ToolSpec{{Name: "build"}, {Name: "deploy"}, {Name: ProcessAwaitTool}, {Name: SpawnAgentTool}}
+	agent := func(depth int, allowed []string) *processes.Process {
+		return &processes.Process{Registration: processes.Registration{Input: processes.Input{Kind: processes.SessionTurn, Depth: depth, Tools: allowed}}}
+	}
+	names := func(ss []turn.ToolSpec) string {
+		var out []string
+		for _, s := range ss {
+			out = append(out, s.Name)
+		}
+		return strings.Join(out, ",")
+	}
+	for _, c := range []struct {
+		depth   int
+		allowed []string
+		want    string
+	}{
+		{1, nil, "build,deploy,process_await,spawn_agent"},
+		{2, []string{"build"}, "build,process_await,spawn_agent"},
+		{MaxAgentDepth, nil, "build,deploy,process_await"},
+		{MaxAgentDepth, []string{}, "process_await"},
+	} {
+		if got := names(AgentTools(agent(c.depth, c.allowed), specs)); got != c.want {
+			t.Errorf("depth %d, tools %v: offered %s, want %s", c.depth, c.allowed, got, c.want)
+		}
+	}
+	if !IsProcessID(NamedProcessID("s", "n")) || IsProcessID("p-nothex") || IsProcessID("s1") {
+		t.Error("IsProcessID does not tell the ids it makes")
 	}
 }

@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/lash-run/lash/processes"
 	"github.com/lash-run/lash/tools"
+	"github.com/lash-run/lash/turn"
 )
 
 // The process tools' names.
@@ -17,7 +19,12 @@ const (
 	ProcessStartTool  = "process_start"
 	ProcessAwaitTool  = "process_await"
 	ProcessCancelTool = "process_cancel"
+	SpawnAgentTool    = "spawn_agent"
 )
+
+// MaxAgentDepth is how deep sub-agents nest: a session at this depth is
+// not offered spawn_agent.
+const MaxAgentDepth = 3
 
 // ProcessTicket parks a process_await call: "process <pid>".
 const ProcessTicket = "process"
@@ -45,6 +52,35 @@ func NamedProcessID(session, name string) string {
 	return "p-" + hex.EncodeToString(sum[:12])
 }
 
+// IsProcessID reports whether id has the form of the ids ProcessID and
+// NamedProcessID make: a sub-agent's session is named by its process's id.
+func IsProcessID(id string) bool {
+	if len(id) != 26 || id[:2] != "p-" {
+		return false
+	}
+	_, err := hex.DecodeString(id[2:])
+	return err == nil
+}
+
+// AgentOf returns the sub-agent registration of session: the process whose
+// child session it is, or nil for a session no process spawned.
+func AgentOf(ctx context.Context, ps Processes, session string) (*processes.Process, error) {
+	if !IsProcessID(session) {
+		return nil, nil
+	}
+	p, err := ps.Get(ctx, session)
+	if errors.Is(err, processes.ErrUnknown) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if in := p.Registration.Input; in.Kind != processes.SessionTurn || in.Session != session {
+		return nil, nil
+	}
+	return p, nil
+}
+
 // maxProcessName bounds a process's name in its session.
 const maxProcessName = 128
 
@@ -62,7 +98,12 @@ func ProcessTools(ps Processes, has func(tool string) bool) []tools.Tool {
 			if !ok {
 				return "", errors.New("process_start runs inside a turn")
 			}
-			if has != nil && !has(a.Tool) || a.Tool == ProcessStartTool || a.Tool == ProcessAwaitTool {
+			if has != nil && !has(a.Tool) || isProcessTool(a.Tool) {
+				return "", fmt.Errorf("no tool %q can run in the background", a.Tool)
+			}
+			if agent, err := AgentOf(ctx, ps, info.Key.Session); err != nil {
+				return "", err
+			} else if agent != nil && agent.Registration.Input.Tools != nil && !slices.Contains(agent.Registration.Input.Tools, a.Tool) {
 				return "", fmt.Errorf("no tool %q can run in the background", a.Tool)
 			}
 			args := json.RawMessage(`{}`)
@@ -147,7 +188,91 @@ func ProcessTools(ps Processes, has func(tool string) bool) []tools.Tool {
 	if err != nil {
 		panic(err)
 	}
-	return []tools.Tool{start, await, cancel}
+	spawn, err := tools.Func(SpawnAgentTool, "Start a sub-agent on a task, in a conversation of its own, in the background. Returns at once with its process id; its final answer comes back as a new message, or use process_await to wait for it.",
+		func(ctx context.Context, a struct {
+			Task  string   `json:"task" jsonschema:"what the sub-agent is to do, with everything it needs to know"`
+			Tools []string `json:"tools,omitempty" jsonschema:"the tools it may use; all of yours if left out"`
+			Name  string   `json:"name,omitempty" jsonschema:"a name for it, unique in this conversation, to refer to it by"`
+		}) (string, error) {
+			info, ok := tools.Info(ctx)
+			if !ok {
+				return "", errors.New("spawn_agent runs inside a turn")
+			}
+			if a.Task == "" {
+				return "", errors.New("task is empty")
+			}
+			k := info.Key
+			depth := 1
+			parent, err := AgentOf(ctx, ps, k.Session)
+			if err != nil {
+				return "", err
+			}
+			if parent != nil {
+				depth = parent.Registration.Input.Depth + 1
+				if a.Tools == nil {
+					a.Tools = parent.Registration.Input.Tools // never more than its own
+				}
+			}
+			if depth > MaxAgentDepth {
+				return "", fmt.Errorf("sub-agents nest at most %d deep", MaxAgentDepth)
+			}
+			for _, t := range a.Tools {
+				if has != nil && !has(t) {
+					return "", fmt.Errorf("no tool %q", t)
+				}
+				if parent != nil && parent.Registration.Input.Tools != nil && !slices.Contains(parent.Registration.Input.Tools, t) {
+					return "", fmt.Errorf("tool %q is not yours to give", t)
+				}
+			}
+			id := ProcessID(info)
+			if a.Name != "" {
+				if len(a.Name) > maxProcessName {
+					return "", fmt.Errorf("name of %d bytes, at most %d", len(a.Name), maxProcessName)
+				}
+				id = NamedProcessID(k.Session, a.Name)
+			}
+			reg := processes.Registration{
+				Input:       processes.Input{Kind: processes.SessionTurn, Session: id, Instructions: a.Task, Tools: a.Tools, Depth: depth},
+				Disposition: processes.Rerunnable,
+				Provenance:  processes.Provenance{Session: k.Session, Turn: k.Turn, Effect: uint64(k.Effect), Call: k.Call},
+				WakeTarget:  k.Session,
+				Label:       a.Name,
+			}
+			if _, _, err := ps.Register(ctx, id, reg); errors.Is(err, processes.ErrConflict) {
+				return "", fmt.Errorf("a sub-agent named %q was started on another task", a.Name)
+			} else if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf(`{"process":%q,"status":"started"}`, id), nil
+		})
+	if err != nil {
+		panic(err)
+	}
+	return []tools.Tool{start, await, cancel, spawn}
+}
+
+// AgentTools filters the tool specs offered to a sub-agent's session: the
+// tools its process allows, and no spawn_agent at the depth limit.
+func AgentTools(agent *processes.Process, specs []turn.ToolSpec) []turn.ToolSpec {
+	in := agent.Registration.Input
+	out := specs[:0:0]
+	for _, s := range specs {
+		switch {
+		case s.Name == SpawnAgentTool && in.Depth >= MaxAgentDepth:
+		case in.Tools != nil && !slices.Contains(in.Tools, s.Name) && !isProcessTool(s.Name):
+		default:
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func isProcessTool(name string) bool {
+	switch name {
+	case ProcessStartTool, ProcessAwaitTool, ProcessCancelTool, SpawnAgentTool:
+		return true
+	}
+	return false
 }
 
 // addressable returns the process if the calling session may address it:
