@@ -127,6 +127,50 @@ func (r *Registry) Events(ctx context.Context, id string, after uint64) ([]Event
 	return evs, nil
 }
 
+// List folds every process on the stream, in the order they were
+// registered. A process whose log cannot be folded is left out and named
+// in unreadable. It reads the whole stream: for operators and tests, not
+// for hot paths.
+func (r *Registry) List(ctx context.Context) (ps []*Process, unreadable map[string]error, err error) {
+	byID := map[string]*Process{}
+	unreadable = map[string]error{}
+	subj := r.s.Subjects()
+	err = r.s.Read(ctx, subj.AllProcessEvents(), 1, func(m *streams.Msg) error {
+		id, err := subj.ProcessOf(m.Subject)
+		if err != nil {
+			return nil // not a canonical process subject: nothing is derived from it
+		}
+		if _, bad := unreadable[id]; bad {
+			return nil
+		}
+		e, err := Decode(m.Data, m.Seq)
+		p := byID[id]
+		if err == nil && p == nil {
+			p = &Process{ID: id}
+			byID[id] = p
+			ps = append(ps, p)
+		}
+		if err == nil {
+			err = p.apply(e)
+		}
+		if err != nil {
+			unreadable[id] = err
+			delete(byID, id)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	out := ps[:0]
+	for _, p := range ps {
+		if byID[p.ID] == p {
+			out = append(out, p)
+		}
+	}
+	return out, unreadable, nil
+}
+
 // catchUp applies to p the events stored after its head.
 func (r *Registry) catchUp(ctx context.Context, p *Process) error {
 	subj, err := r.subject(p.ID)

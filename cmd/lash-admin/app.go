@@ -47,6 +47,7 @@ type command struct {
 // commands lists the commands in the order help shows them.
 func commands() []*command {
 	return []*command{sessionsLsCmd, sessionsShowCmd, transcriptCmd, turnsCmd, settingsCmd, effectsCmd,
+		processesLsCmd, processesShowCmd, processesEventsCmd, processesCancelCmd, processesAbandonCmd,
 		leasesLsCmd, nodesLsCmd, streamsCmd, quarantineLsCmd,
 		sendCmd, decideCmd, cancelCmd, signalCmd, rebuildCmd, verifyCmd}
 }
@@ -76,6 +77,8 @@ type app struct {
 	// limit and after page sessions ls.
 	limit int
 	after string
+	// status, session and reason: the processes commands' flags.
+	status, session, reason string
 	// What check prepared: an input to append, a signal to publish, a
 	// turn id.
 	input   lash.Input
