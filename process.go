@@ -19,6 +19,9 @@ import (
 // Processes is the deployment's process registry, writing as this node.
 func (n *Node) Processes() *processes.Registry { return n.procs }
 
+// Tools is the node's tool registry.
+func (n *Node) Tools() *tools.Registry { return n.opts.tools }
+
 // ProcessTools are the model-facing process tools (process_start,
 // process_await, process_cancel) for the node's tool registry: any tool
 // of the node may be started in the background.

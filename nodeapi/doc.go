@@ -10,6 +10,19 @@
 //	decide  {"session","key","call_id","action","mode","payload"} -> {"seq","duplicate"}
 //	cancel  {"session","key"}                             -> {"seq","duplicate"}
 //	info    {}                                            -> the node: id, incarnation, host, ...
+//	process_start  {"id","tool","args","external_ref","disposition","wake_session","label"} -> the process
+//	process_status {"id"}                                 -> the process
+//	process_cancel {"id","reason"}                        -> the process, cancel requested
+//	process_await  {"id","timeout_ms"}                    -> the process once it ended, or at the timeout
+//
+// A process answer is {"id","status","ended","disposition","kind",
+// "attempts","events","created","outcome"}: outcome is the terminal
+// event's data. process_start registers a background run of one of the
+// node's tools (rerunnable unless disposition says owner_bound) or
+// external work (externally_owned); the same id with the same content
+// answers the process as it stands, other content is refused with 409.
+// process_await answers when the process ends, or at timeout_ms (at most
+// the node's request timeout less a second) with ended false.
 //
 // submit, decide and cancel append an input to the session's log (its key
 // is the idempotency key, forever: the same key with the same input again
@@ -25,7 +38,10 @@
 //
 //	400  bad request: invalid JSON, unknown or missing fields, an id over
 //	     256 bytes, an input lash refuses
-//	404  unknown session: status, decide or cancel of a session whose log is empty
+//	404  unknown session: status, decide or cancel of a session whose log
+//	     is empty; unknown process
+//	409  (processes) an id registered with other content, a cancel of an
+//	     ended process
 //	409  conflict: the session or the node cannot take the request now
 //	     (retry), or the key was used for other content (do not)
 //	413  oversized: the input is over the deployment's input limit

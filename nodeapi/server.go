@@ -106,6 +106,10 @@ func Start(node *lash.Node, cfg Config) (*Server, error) {
 		{EndpointStatus, `{"session"}`, s.status, nil},
 		{EndpointDecide, `{"session","key","call_id","action","mode","payload"}`, s.decide, nil},
 		{EndpointCancel, `{"session","key"}`, s.cancel, nil},
+		{EndpointProcessStart, `{"id","tool","args","external_ref","disposition","wake_session","label"}`, s.processStart, nil},
+		{EndpointProcessStatus, `{"id"}`, s.processStatus, nil},
+		{EndpointProcessCancel, `{"id","reason"}`, s.processCancel, nil},
+		{EndpointProcessAwait, `{"id","timeout_ms"}`, s.processAwait, nil},
 		// Every node answers info, so a client can list them all.
 		{EndpointInfo, `{}`, s.info, []micro.EndpointOpt{micro.WithEndpointQueueGroupDisabled()}},
 	}
