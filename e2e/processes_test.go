@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lash-run/lash/nodeapi"
+	"github.com/lash-run/lash/provider/scripted"
 	"github.com/lash-run/lash/testenv"
 )
 
@@ -33,36 +34,34 @@ func (d *deployment) processEvents(id string) []string {
 	return types
 }
 
-// Two background tool calls run on a node that is SIGKILLed while the tool
-// (served by another process) runs them. The next node, proving the first
-// dead by its PID, runs the rerunnable one again, in doubt, and the tool
-// applies it once; the owner-bound one, which started, is never run again
-// but marked abandoned, naming the dead owner and the evidence.
+// A background tool call runs on a node that is SIGKILLed while the tool
+// (served by another process) runs it. The next node, proving the first
+// dead by its PID, runs it again, in doubt, and the tool applies it once.
+// An owner-bound call then started on that node, which is killed in turn,
+// is never run again but marked abandoned by the third node, naming the
+// dead owner and the evidence.
 func TestProcessesSurviveKill(t *testing.T) {
 	d := newDeployment(t)
 	tool, ledger := d.toolServer("--delay", "2s")
-	first := d.node("node-a", ledgerScript)
 	api := nodeapi.NewClient(d.nc, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	for _, req := range []nodeapi.ProcessStartRequest{
-		{ID: "backup", Tool: "ledger_append", Args: json.RawMessage(`{"entry":"backup"}`)},
-		{ID: "deploy", Tool: "ledger_append", Args: json.RawMessage(`{"entry":"deploy"}`), Disposition: "owner_bound"},
-	} {
+	startAndKill := func(p *proc, req nodeapi.ProcessStartRequest) {
+		t.Helper()
 		if _, err := api.ProcessStart(ctx, req); err != nil {
 			t.Fatal(err)
 		}
+		tool.waitLine("begin key=/proc:"+req.ID+"/", 30*time.Second)
+		p.kill()
 	}
-	for tool.count("begin key=") < 2 {
-		tool.waitLine("begin key=", 30*time.Second)
-	}
-	first.kill()
-
-	d.node("node-b", ledgerScript)
+	startAndKill(d.node("node-a", ledgerScript), nodeapi.ProcessStartRequest{ID: "backup", Tool: "ledger_append", Args: json.RawMessage(`{"entry":"backup"}`)})
+	second := d.node("node-b", ledgerScript)
 	backup, err := api.ProcessAwait(ctx, "backup", 0)
 	if err != nil || backup.Status != "completed" || backup.Attempts != 2 {
 		t.Fatalf("backup: %+v, %v; want completed by attempt 2", backup, err)
 	}
+	startAndKill(second, nodeapi.ProcessStartRequest{ID: "deploy", Tool: "ledger_append", Args: json.RawMessage(`{"entry":"deploy"}`), Disposition: "owner_bound"})
+	d.node("node-c", ledgerScript)
 	deploy, err := api.ProcessAwait(ctx, "deploy", 0)
 	if err != nil || deploy.Status != "abandoned" || deploy.Attempts != 1 {
 		t.Fatalf("deploy: %+v, %v; want abandoned after one attempt", deploy, err)
@@ -74,8 +73,8 @@ func TestProcessesSurviveKill(t *testing.T) {
 			Node string `json:"node"`
 		} `json:"owner"`
 	}
-	if err := json.Unmarshal(deploy.Outcome, &why); err != nil || why.Writer != "sweep" || why.Owner.Node != "node-a" || !strings.Contains(why.Evidence, "gone") {
-		t.Fatalf("deploy's abandonment %s: want the sweep, naming node-a and the evidence", deploy.Outcome)
+	if err := json.Unmarshal(deploy.Outcome, &why); err != nil || why.Writer != "sweep" || why.Owner.Node != "node-b" || !strings.Contains(why.Evidence, "gone") {
+		t.Fatalf("deploy's abandonment %s: want the sweep, naming node-b and the evidence", deploy.Outcome)
 	}
 	if got := fmt.Sprint(d.processEvents("backup")); got != "[registered started started completed]" {
 		t.Fatalf("backup's events %s", got)
@@ -96,5 +95,90 @@ func TestProcessesSurviveKill(t *testing.T) {
 	}
 	if n := ledgerLines(t, ledger); n != 2 {
 		t.Fatalf("ledger has %d lines, want 2 (backup once, deploy's first run)", n)
+	}
+}
+
+const agentScript = `
+rule child-tool
+  when user contains count the ledger
+  when tools = 0
+  call ledger_append {"entry":"child"}
+
+rule child-answer
+  when user contains count the ledger
+  when tools = 1
+  say the ledger holds one entry
+
+rule spawn
+  when user contains ask a helper
+  when tools = 0
+  call spawn_agent {"task":"count the ledger","name":"helper"}
+
+rule await
+  when user contains ask a helper
+  when tools = 1
+  call process_await {"process":"helper"}
+
+rule done
+  when tool contains the ledger holds one entry
+  say the helper counted
+
+default
+  say noted
+`
+
+// A turn spawns a sub-agent and parks on it; the node is SIGKILLed while
+// the sub-agent's tool runs. The next node finishes the sub-agent's turn
+// from its journal (the tool again, in doubt; its recorded model call not
+// again), runs the process's next attempt, which finds that turn, and the
+// parent goes on with the sub-agent's answer: one model request per model
+// call the journals hold.
+func TestSubAgentSurvivesKill(t *testing.T) {
+	d := newDeployment(t)
+	tool, _ := d.toolServer("--delay", "2s")
+	models := testenv.RunModelServer(t, scripted.MustParse(agentScript))
+	model := []string{"--base-url", models.URL(), "--model", "scripted"}
+	first := d.startNode("node-a", model...)
+	d.send("lead", "k1", []byte(`{"text":"ask a helper"}`))
+	tool.waitLine("begin key=", 30*time.Second)
+	if got := models.Requests(); got != 3 {
+		t.Fatalf("%d model requests before the kill, want 3 (spawn, await, the sub-agent's tool call)", got)
+	}
+	first.kill()
+
+	d.startNode("node-b", model...)
+	var tr struct {
+		Messages []struct {
+			Role string `json:"role"`
+			Text string `json:"text"`
+		} `json:"messages"`
+	}
+	testenv.WaitFor(t, 60*time.Second, func() error {
+		tr.Messages = nil
+		if err := d.tryAdmin(&tr, "transcript", "lead"); err != nil {
+			return err
+		}
+		if n := len(tr.Messages); n == 0 || tr.Messages[n-1].Text != "the helper counted" {
+			return fmt.Errorf("the lead has not heard from its helper: %+v", tr.Messages)
+		}
+		return nil
+	})
+	if got := models.Requests(); got != 5 {
+		t.Fatalf("%d model requests in all, want 5: one per model call, none repeated", got)
+	}
+	var ps struct {
+		Processes []struct {
+			ID       string `json:"id"`
+			Status   string `json:"status"`
+			Attempts int    `json:"attempts"`
+			Kind     string `json:"kind"`
+		} `json:"processes"`
+	}
+	d.admin(&ps, "processes", "ls")
+	if len(ps.Processes) != 1 || ps.Processes[0].Status != "completed" || ps.Processes[0].Kind != "session_turn" || ps.Processes[0].Attempts != 2 {
+		t.Fatalf("processes %+v; want the sub-agent completed by its second attempt", ps.Processes)
+	}
+	if n := tool.count("in_doubt=true"); n == 0 {
+		t.Fatal("the sub-agent's tool call was not run again in doubt")
 	}
 }
