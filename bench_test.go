@@ -76,6 +76,20 @@ func BenchmarkEffect(b *testing.B) {
 	})
 }
 
+// BenchmarkProcesses: a background tool call from registration to its
+// end, and an await of an ended process.
+func BenchmarkProcesses(b *testing.B) {
+	modes(b, func(b *testing.B, e *bench.Env, f bench.Floor) {
+		rs, err := bench.Processes(b.Context(), e, max(b.N, 20))
+		if err != nil {
+			b.Fatal(err)
+		}
+		report(b, rs...)
+		b.ReportMetric(rs[0].Ratio, "x-cas-start-to-end")
+		b.ReportMetric(rs[1].Ratio, "x-cas-await-ended")
+	})
+}
+
 // BenchmarkConcurrency: turns/s at 1 to 256 sessions at once.
 func BenchmarkConcurrency(b *testing.B) {
 	modes(b, func(b *testing.B, e *bench.Env, f bench.Floor) {

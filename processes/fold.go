@@ -46,6 +46,18 @@ type Process struct {
 	keys map[string]string // idempotency key -> content hash
 }
 
+// clone is a copy of p that later applies to p do not change.
+func (p *Process) clone() *Process {
+	c := *p
+	if p.keys != nil {
+		c.keys = make(map[string]string, len(p.keys))
+		for k, v := range p.keys {
+			c.keys[k] = v
+		}
+	}
+	return &c
+}
+
 // Status is the process's status.
 func (p *Process) Status() Status {
 	switch {

@@ -231,9 +231,9 @@ func (w *Worker) consider(ctx context.Context, pid string) {
 	w.mu.Lock()
 	p, ok := w.open[pid]
 	_, busy := w.running[pid]
-	var snap Process
+	var snap *Process
 	if ok {
-		snap = *p
+		snap = p.clone()
 	}
 	w.mu.Unlock()
 	if !ok || busy {
@@ -248,7 +248,7 @@ func (w *Worker) consider(ctx context.Context, pid string) {
 		}
 		f.OwnerDead = ev
 	}
-	action, why := Recover(&snap, f)
+	action, why := Recover(snap, f)
 	switch action {
 	case Leave:
 		return
@@ -276,15 +276,19 @@ func (w *Worker) consider(ctx context.Context, pid string) {
 			w.mu.Unlock()
 			<-w.sem
 		}()
-		if err := w.attempt(actx, pid, f); err != nil && ctx.Err() == nil {
+		if err := w.attempt(actx, snap, f); err != nil && ctx.Err() == nil {
 			w.cfg.Logger.Warn("process attempt", "process", pid, "action", action, "err", err)
 		}
 	})
 }
 
 // attempt claims the process's lease, decides again on the log as it is
-// then, and acts.
-func (w *Worker) attempt(ctx context.Context, pid string, f Facts) error {
+// then, and acts. p is the worker's fold of the process from the stream:
+// every write below is a compare-and-set at its head, which fails if the
+// fold is behind and brings it up to date (Registry.appendWith), so the
+// decision is made again on the log as it stands.
+func (w *Worker) attempt(ctx context.Context, p *Process, f Facts) error {
+	pid := p.ID
 	key, err := leases.Key("proc", pid)
 	if err != nil {
 		return err
@@ -305,8 +309,8 @@ func (w *Worker) attempt(ctx context.Context, pid string, f Facts) error {
 			_ = w.cfg.Leases.Release(wctx, l)
 		}
 	}()
-	p, err := w.cfg.Registry.Get(ctx, pid)
-	if err != nil {
+	// Claimed: whatever another runner wrote before is on the log now.
+	if err := w.cfg.Registry.catchUp(ctx, p); err != nil {
 		return err
 	}
 	action, why := Recover(p, f)
@@ -328,7 +332,7 @@ func (w *Worker) attempt(ctx context.Context, pid string, f Facts) error {
 		_, _, err = w.cfg.Registry.Abandon(wctx, pid, l, Abandonment{Writer: ReconciledRequest, Owner: owner, Evidence: why})
 		return err
 	}
-	run, err := w.cfg.Registry.Start(ctx, pid, l)
+	run, err := w.cfg.Registry.startOn(ctx, p, l)
 	if err != nil {
 		return err
 	}

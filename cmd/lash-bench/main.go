@@ -32,7 +32,7 @@ func run(args []string) error {
 		fs.PrintDefaults()
 	}
 	modes := fs.String("mode", "fsync,lazy", "fsync modes to measure: fsync (acknowledge after fsync, lash's default), lazy")
-	only := fs.String("only", "latency,effects,concurrency,history,sessions,memory,failover", "what to measure")
+	only := fs.String("only", "latency,effects,concurrency,history,sessions,memory,failover,processes", "what to measure")
 	samples := fs.Int("n", 50, "samples per figure")
 	conc := fs.String("concurrency", "1,16,64,256", "sessions at once for turns per second")
 	history := fs.String("history", "1,100,1000", "committed turns before the timed ones")
@@ -126,6 +126,13 @@ func measure(ctx context.Context, dir string, sync bool, want map[string]bool, n
 			return err
 		}
 		add(r)
+	}
+	if want["processes"] {
+		r, err := bench.Processes(ctx, e, n)
+		if err != nil {
+			return err
+		}
+		add(r...)
 	}
 	if want["failover"] {
 		for _, proof := range []bool{true, false} {
