@@ -93,9 +93,9 @@ func (x processExecutor) Execute(ctx context.Context, run *processes.Run) (json.
 // Either is an input under the process's one wake key, so every node
 // doing it for every process it sees end delivers it once.
 func (n *Node) processEnded(ctx context.Context, p *processes.Process, live bool) {
-	target := p.Registration.WakeTarget
+	target := p.WakesTarget()
 	if target == "" {
-		return
+		return // none, or its grant was revoked
 	}
 	key := processWakeKey(p.ID)
 	if n.proj != nil {

@@ -15,7 +15,7 @@
 //   - only built-in and declared event types;
 //   - one terminal event (completed, failed, cancelled, abandoned), keyed,
 //     so a repeat of the same one is a no-op and a different one is
-//     ErrTerminal; nothing follows it;
+//     ErrTerminal; only grant changes follow it;
 //   - one cancel request and one abandon request, keyed the same way;
 //   - a runner writes under the process's lease (package leases, key
 //     "proc.<pid>"): each attempt begins with a started event carrying the
@@ -24,6 +24,8 @@
 //     neither report an outcome nor disturb the new one;
 //   - owner-bound work starts once; externally owned work never starts,
 //     and its owner reports its end with the ByExternalOwner authority;
+//   - grants (granted, revoked) name the sessions that may address the
+//     process; they are the only events that may follow the terminal;
 //   - abandoned names its writer and evidence: the owner's node draining
 //     or recovery on proof of death (both under the lease), or recovery
 //     honouring an abandon request.
@@ -40,6 +42,8 @@
 // terminal written meanwhile is missed.
 //
 // Bounds: ids as in package streams (256 bytes), 32 declared event types
-// of at most 64 bytes, 64 KiB of event data or input, 10,000 events per
-// process (then only its end or a cancel request).
+// of at most 64 bytes, 64 KiB of event data or input, 64 sessions holding
+// grants, 10,000 events per process (then only its end or a cancel
+// request). Prune removes the logs of processes that ended before a
+// cutoff, never of one that has not.
 package processes

@@ -3,7 +3,10 @@ package processes
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
+
+	"github.com/lash-run/lash/streams"
 )
 
 // Status is where a process stands.
@@ -42,6 +45,10 @@ type Process struct {
 	AbandonRequested *Event
 	// End is the terminal event, once there is one.
 	End *Event
+	// Grants are the sessions that may address the process (await it,
+	// cancel it, be woken by its end): the one that started it and its
+	// wake target, then as granted, transferred and revoked.
+	Grants []string
 
 	keys map[string]string // idempotency key -> content hash
 }
@@ -69,6 +76,18 @@ func (p *Process) Status() Status {
 		return Running
 	}
 	return Pending
+}
+
+// Granted reports whether session may address the process.
+func (p *Process) Granted(session string) bool { return slices.Contains(p.Grants, session) }
+
+// WakesTarget is the session told of the process's end: its wake target,
+// while that session holds a grant.
+func (p *Process) WakesTarget() string {
+	if t := p.Registration.WakeTarget; t != "" && p.Granted(t) {
+		return t
+	}
+	return ""
 }
 
 // Ended reports whether the process has its terminal event.
@@ -133,6 +152,11 @@ func (p *Process) apply(e Event) error {
 			return corrupt("registration: %v", err)
 		}
 		p.Hash, p.Registered = e.Hash, e.At
+		for _, s := range []string{p.Registration.Provenance.Session, p.Registration.WakeTarget} {
+			if s != "" && !p.Granted(s) {
+				p.Grants = append(p.Grants, s)
+			}
+		}
 	case TypeStarted:
 		var s Start
 		if err := json.Unmarshal(e.Data, &s); err != nil {
@@ -150,6 +174,19 @@ func (p *Process) apply(e Event) error {
 		p.CancelRequested = &e
 	case TypeAbandonRequested:
 		p.AbandonRequested = &e
+	case TypeGranted, TypeRevoked:
+		var g Grant
+		if err := json.Unmarshal(e.Data, &g); err != nil || g.Session == "" {
+			return corrupt("grant: %v", err)
+		}
+		drop := g.From
+		if e.Type == TypeRevoked {
+			drop = g.Session
+		}
+		p.Grants = slices.DeleteFunc(slices.Clone(p.Grants), func(s string) bool { return s == drop })
+		if e.Type == TypeGranted && !p.Granted(g.Session) {
+			p.Grants = append(p.Grants, g.Session)
+		}
 	}
 	if Terminal(e.Type) {
 		if p.End != nil {
@@ -226,7 +263,7 @@ func (p *Process) check(e *Event) (duplicate bool, err error) {
 			return refuse(ErrConflict, "an event with key %q and other content is there already", clip(e.Key))
 		}
 	}
-	if p.End != nil {
+	if p.End != nil && e.Type != TypeGranted && e.Type != TypeRevoked {
 		return refuse(ErrTerminal, "it ended %s", p.End.Type)
 	}
 	if p.Events >= MaxEvents && !Terminal(e.Type) && e.Type != TypeCancelRequested {
@@ -272,6 +309,23 @@ func (p *Process) checkWriter(e *Event) error {
 		return nil
 	case TypeCancelRequested, TypeAbandonRequested:
 		return nil // anyone the deployment lets write; keyed, so once
+	case TypeGranted, TypeRevoked:
+		var g Grant
+		if err := json.Unmarshal(e.Data, &g); err != nil {
+			return refuse(ErrInvalid, "grant data: %v", err)
+		}
+		if err := streams.CheckID(g.Session); err != nil {
+			return refuse(ErrInvalid, "a grant's session: %v", err)
+		}
+		switch {
+		case e.Type == TypeRevoked && g.From != "":
+			return refuse(ErrInvalid, "a revoke names one session")
+		case g.From != "" && !p.Granted(g.From):
+			return refuse(ErrRefused, "session %s holds no grant to transfer", clip(g.From))
+		case e.Type == TypeGranted && g.From == "" && len(p.Grants) >= MaxGrants:
+			return refuse(ErrRefused, "%d sessions hold grants, the most a process may have", len(p.Grants))
+		}
+		return nil
 	case TypeCompleted, TypeFailed:
 		if e.Token != 0 {
 			if p.LastStart == nil || p.LastStart.Token != e.Token {

@@ -31,6 +31,8 @@ const (
 	MaxDataBytes = 64 << 10
 	// MaxTextBytes bounds the free texts (reasons, labels, errors).
 	MaxTextBytes = 4 << 10
+	// MaxGrants bounds the sessions that hold grants on one process.
+	MaxGrants = 64
 	// MaxEvents bounds the events of one process; past it only a terminal
 	// event or a cancel request is accepted, so a chatty process can
 	// always be ended.
@@ -45,6 +47,8 @@ const (
 	TypeResumed          = "resumed"
 	TypeCancelRequested  = "cancel_requested"
 	TypeAbandonRequested = "abandon_requested"
+	TypeGranted          = "granted"
+	TypeRevoked          = "revoked"
 	TypeCompleted        = "completed"
 	TypeFailed           = "failed"
 	TypeCancelled        = "cancelled"
@@ -61,7 +65,7 @@ const (
 
 var builtin = map[string]bool{
 	TypeRegistered: true, TypeStarted: true, TypeWaiting: true, TypeResumed: true,
-	TypeCancelRequested: true, TypeAbandonRequested: true,
+	TypeCancelRequested: true, TypeAbandonRequested: true, TypeGranted: true, TypeRevoked: true,
 	TypeCompleted: true, TypeFailed: true, TypeCancelled: true, TypeAbandoned: true,
 }
 
@@ -321,6 +325,14 @@ type Start struct {
 // Request is the data of a cancel or abandon request.
 type Request struct {
 	Reason string `json:"reason,omitempty"`
+}
+
+// Grant is the data of a granted or revoked event: the session that may
+// (or may no longer) address the process; From, on a grant, is the session
+// it was transferred from, whose grant ends.
+type Grant struct {
+	Session string `json:"session"`
+	From    string `json:"from,omitempty"`
 }
 
 // Failure is the data of a failed event.

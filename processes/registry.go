@@ -18,6 +18,7 @@ type Store interface {
 	Head(ctx context.Context, subject string) (*streams.Msg, error)
 	Read(ctx context.Context, filter string, from uint64, fn func(*streams.Msg) error) error
 	Tail(ctx context.Context, s streams.Stream, filters []string, from uint64, fn func(m *streams.Msg, pending uint64) error) error
+	Purge(ctx context.Context, filter string) error
 }
 
 // appendTries bounds how often one append re-reads and tries again after
@@ -171,6 +172,32 @@ func (r *Registry) List(ctx context.Context) (ps []*Process, unreadable map[stri
 	return out, unreadable, nil
 }
 
+// Prune removes the logs of processes that ended before cutoff, and
+// returns their ids. A process that has not ended is never touched; an
+// unreadable log is left for an operator. Each log goes in one purge of
+// its subject, so a prune stopped half way leaves whole processes.
+func (r *Registry) Prune(ctx context.Context, cutoff time.Time) ([]string, error) {
+	ps, _, err := r.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var pruned []string
+	for _, p := range ps {
+		if !p.Ended() || !p.End.At.Before(cutoff) {
+			continue
+		}
+		subj, err := r.subject(p.ID)
+		if err != nil {
+			return pruned, err
+		}
+		if err := r.s.Purge(ctx, subj); err != nil {
+			return pruned, fmt.Errorf("process %s: prune: %w", clip(p.ID), err)
+		}
+		pruned = append(pruned, p.ID)
+	}
+	return pruned, nil
+}
+
 // catchUp applies to p the events stored after its head.
 func (r *Registry) catchUp(ctx context.Context, p *Process) error {
 	subj, err := r.subject(p.ID)
@@ -308,6 +335,47 @@ func (r *Registry) RequestAbandon(ctx context.Context, id, reason string) (*Even
 	}
 	return e, err
 }
+
+// Grant lets session address the process; from, if not empty, is the
+// session whose grant is transferred. A grant held already is not written
+// again. Grants may change after the process ended.
+func (r *Registry) Grant(ctx context.Context, id, session, from string) (*Process, error) {
+	p, err := r.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	_, _, err = r.appendWith(ctx, id, p, func(p *Process) (Event, error) {
+		if p.Granted(session) && (from == "" || !p.Granted(from)) {
+			return Event{}, errUnchanged
+		}
+		return Event{Type: TypeGranted, Data: jsonData(Grant{Session: session, From: from})}, nil
+	})
+	if errors.Is(err, errUnchanged) {
+		err = nil
+	}
+	return p, err
+}
+
+// Revoke ends session's grant on the process, and so its wakes; the
+// process itself goes on. A grant not held is not revoked again.
+func (r *Registry) Revoke(ctx context.Context, id, session string) (*Process, error) {
+	p, err := r.Get(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	_, _, err = r.appendWith(ctx, id, p, func(p *Process) (Event, error) {
+		if !p.Granted(session) {
+			return Event{}, errUnchanged
+		}
+		return Event{Type: TypeRevoked, Data: jsonData(Grant{Session: session})}, nil
+	})
+	if errors.Is(err, errUnchanged) {
+		err = nil
+	}
+	return p, err
+}
+
+var errUnchanged = errors.New("unchanged")
 
 // Finish writes the terminal event of work lash does not run: the owner
 // of externally owned work reports its outcome (ByExternalOwner), or

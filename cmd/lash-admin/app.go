@@ -48,6 +48,7 @@ type command struct {
 func commands() []*command {
 	return []*command{sessionsLsCmd, sessionsShowCmd, transcriptCmd, turnsCmd, settingsCmd, effectsCmd,
 		processesLsCmd, processesShowCmd, processesEventsCmd, processesCancelCmd, processesAbandonCmd,
+		processesGrantCmd, processesRevokeCmd, processesPruneCmd,
 		leasesLsCmd, nodesLsCmd, streamsCmd, quarantineLsCmd,
 		sendCmd, decideCmd, cancelCmd, signalCmd, rebuildCmd, verifyCmd}
 }
@@ -79,6 +80,7 @@ type app struct {
 	after string
 	// status, session and reason: the processes commands' flags.
 	status, session, reason string
+	olderThan               time.Duration
 	// What check prepared: an input to append, a signal to publish, a
 	// turn id.
 	input   lash.Input

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/lash-run/lash/leases"
@@ -79,6 +80,50 @@ A live runner's work is never abandoned by a request.`,
 	run: runProcessesAbandon,
 }
 
+var processesPruneCmd = &command{
+	name:    "processes prune",
+	summary: "remove the logs of processes that ended long ago",
+	doc: `Removes the logs of the processes that ended more than --older-than ago, and prints
+their ids. A process that has not ended is never removed, whatever its age. Every
+node's process worker reads the PROCESSES stream from its start, so pruning bounds
+how long that takes.`,
+	flags: func(a *app, fs *flag.FlagSet) {
+		fs.DurationVar(&a.olderThan, "older-than", 0, "remove processes that ended more than this `duration` ago (required; at least 1m)")
+	},
+	check: func(a *app, _ []string) error {
+		if a.olderThan < time.Minute {
+			return a.usagef("--older-than %s: give a duration of at least 1m", a.olderThan)
+		}
+		return nil
+	},
+	run: runProcessesPrune,
+}
+
+var processesGrantCmd = &command{
+	name:    "processes grant",
+	args:    "PID SESSION",
+	summary: "let a session address a process, or transfer a session's grant",
+	doc: `Grants SESSION the right to address the process: await it, cancel it, and be told
+when it ends if it is the wake target. With --from, the grant of that session moves
+to SESSION. A grant held already is not written again.`,
+	min: 2, max: 2,
+	flags: func(a *app, fs *flag.FlagSet) {
+		fs.StringVar(&a.session, "from", "", "transfer the grant of this `session`")
+	},
+	run: runProcessesGrant,
+}
+
+var processesRevokeCmd = &command{
+	name:    "processes revoke",
+	args:    "PID SESSION",
+	summary: "end a session's grant on a process",
+	doc: `Ends SESSION's grant on the process: it can no longer address it, and is not told
+when it ends. The process goes on. Processes left with no grant are listed by
+"processes ls" with no session able to await them.`,
+	min: 2, max: 2,
+	run: runProcessesRevoke,
+}
+
 type processJSON struct {
 	ID          string    `json:"id"`
 	Status      string    `json:"status"`
@@ -93,6 +138,7 @@ type processJSON struct {
 	Events      uint64    `json:"events"`
 	Registered  time.Time `json:"registered"`
 	Ended       time.Time `json:"ended,omitzero"`
+	Grants      []string  `json:"grants"`
 	Error       string    `json:"error,omitempty"`
 }
 
@@ -108,7 +154,7 @@ func processRow(p *processes.Process) processJSON {
 	}
 	out := processJSON{ID: p.ID, Status: string(p.Status()), Disposition: string(reg.Disposition), Kind: string(in.Kind), What: what,
 		Label: reg.Label, Session: reg.Provenance.Session, Host: reg.Provenance.Host, WakeTarget: reg.WakeTarget,
-		Attempts: p.Attempts(), Events: p.Events, Registered: utc(p.Registered)}
+		Attempts: p.Attempts(), Events: p.Events, Registered: utc(p.Registered), Grants: append([]string{}, p.Grants...)}
 	if p.End != nil {
 		out.Ended = utc(p.End.At)
 	}
@@ -207,6 +253,7 @@ func runProcessesShow(a *app, args []string) error {
 		row(w, "input", string(reg))
 		row(w, "started by", out.Session+out.Host)
 		row(w, "wake target", out.WakeTarget)
+		row(w, "grants", strings.Join(out.Grants, ", "))
 		row(w, "registered", fmtTime(out.Registered))
 		if s := p.FirstStart; s != nil {
 			row(w, "first attempt", fmt.Sprintf("%s/%s, token %d, %s", s.Owner.Node, s.Owner.Incarnation, s.Token, fmtTime(utc(p.StartedAt))))
@@ -284,5 +331,53 @@ func (a *app) requested(id string, e *processes.Event, err error) error {
 	}{id, e.N, e.Type, e.By}
 	return a.emit(out, func(w io.Writer) {
 		fmt.Fprintf(w, "%s requested on process %s (event %d by %s)\n", e.Type, id, e.N, e.By)
+	})
+}
+
+func runProcessesPrune(a *app, _ []string) error {
+	pruned, err := processes.New(a.client, "lash-admin").Prune(a.ctx, time.Now().Add(-a.olderThan))
+	out := struct {
+		Pruned []string `json:"pruned"`
+	}{Pruned: append([]string{}, pruned...)}
+	if err != nil {
+		return fmt.Errorf("pruned %d processes, then: %w", len(pruned), err)
+	}
+	return a.emit(out, func(w io.Writer) {
+		for _, id := range out.Pruned {
+			fmt.Fprintln(w, id)
+		}
+		fmt.Fprintf(w, "%d processes pruned\n", len(out.Pruned))
+	})
+}
+
+func runProcessesGrant(a *app, args []string) error {
+	r, p, err := a.process(args[0])
+	if err != nil {
+		return err
+	}
+	if p, err = r.Grant(a.ctx, p.ID, args[1], a.session); err != nil {
+		return err
+	}
+	return a.emitGrants(p)
+}
+
+func runProcessesRevoke(a *app, args []string) error {
+	r, p, err := a.process(args[0])
+	if err != nil {
+		return err
+	}
+	if p, err = r.Revoke(a.ctx, p.ID, args[1]); err != nil {
+		return err
+	}
+	return a.emitGrants(p)
+}
+
+func (a *app) emitGrants(p *processes.Process) error {
+	out := struct {
+		Process string   `json:"process"`
+		Grants  []string `json:"grants"`
+	}{p.ID, append([]string{}, p.Grants...)}
+	return a.emit(out, func(w io.Writer) {
+		fmt.Fprintf(w, "process %s: grants %s\n", p.ID, strings.Join(out.Grants, ", "))
 	})
 }

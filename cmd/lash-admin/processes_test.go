@@ -91,4 +91,23 @@ func TestAdminProcesses(t *testing.T) {
 	if p, err := r.Get(ctx, "p-build"); err != nil || p.Events != 3 {
 		t.Fatalf("a refused request changed the log: %+v, %v", p, err)
 	}
+
+	var grants struct {
+		Process string   `json:"process"`
+		Grants  []string `json:"grants"`
+	}
+	a.json(&grants, "processes", "grant", "p-build", "s2")
+	if len(grants.Grants) != 2 || grants.Grants[1] != "s2" {
+		t.Fatalf("after a grant: %+v", grants)
+	}
+	a.json(&grants, "processes", "revoke", "p-build", "s1")
+	if len(grants.Grants) != 1 || grants.Grants[0] != "s2" {
+		t.Fatalf("after a revoke: %+v", grants)
+	}
+	a.fails(1, "holds no grant", "processes", "grant", "p-build", "s3", "--from", "s9")
+	contains(t, a.ok("processes", "prune", "--older-than", "1m"), "0 processes pruned")
+	a.fails(2, "--older-than", "processes", "prune")
+	if p, err := r.Get(ctx, "p-build"); err != nil || p.Events != 5 {
+		t.Fatalf("after grants and a prune of nothing: %+v, %v", p, err)
+	}
 }

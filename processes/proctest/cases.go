@@ -428,3 +428,80 @@ func testAwaitRacing(t *testing.T, env conformance.Env) {
 		}
 	}
 }
+
+func testGrants(t *testing.T, env conformance.Env) {
+	ctx := testCtx(t)
+	d := conformance.Open(t, env)
+	r := processes.New(d.Client(), "node-a")
+	p := register(t, ctx, r, "job", external("job-1")) // started by s1, waking s1
+	if !p.Granted("s1") || p.Granted("s2") || p.WakesTarget() != "s1" {
+		t.Fatalf("grants at registration: %v, wakes %q", p.Grants, p.WakesTarget())
+	}
+	p, err := r.Grant(ctx, "job", "s2", "s1") // transfer
+	if err != nil || p.Granted("s1") || !p.Granted("s2") || p.WakesTarget() != "" {
+		t.Fatalf("after a transfer to s2: %v, wakes %q, %v", p.Grants, p.WakesTarget(), err)
+	}
+	_, err = r.Grant(ctx, "job", "s3", "s1")
+	wantErr(t, "a transfer from a session without a grant", err, processes.ErrRefused)
+	if p, err = r.Grant(ctx, "job", "s2", ""); err != nil || p.Events != 2 {
+		t.Fatalf("granting a grant held: %d events, %v; want nothing written", p.Events, err)
+	}
+	if _, _, err := r.Finish(ctx, "job", processes.TypeCompleted, "done", processes.ByExternalOwner); err != nil {
+		t.Fatal(err)
+	}
+	// Grants change after the end; the process does not.
+	if p, err = r.Revoke(ctx, "job", "s2"); err != nil || len(p.Grants) != 0 || p.Status() != processes.Completed {
+		t.Fatalf("after revoking s2: %v, %s, %v", p.Grants, p.Status(), err)
+	}
+	if p, err = r.Revoke(ctx, "job", "s2"); err != nil || p.Events != 4 {
+		t.Fatalf("revoking again: %d events, %v; want nothing written", p.Events, err)
+	}
+	_, _, err = r.Append(ctx, "job", processes.Event{Type: processes.TypeGranted, Data: json.RawMessage(`{"session":""}`)}, nil)
+	wantErr(t, "a grant without a session", err, processes.ErrInvalid)
+	if got := events(t, ctx, r, "job"); !equal(got, []string{"registered", "granted", "completed", "revoked"}) {
+		t.Fatalf("events %v", got)
+	}
+}
+
+func testPrune(t *testing.T, env conformance.Env) {
+	ctx := testCtx(t)
+	d := conformance.Open(t, env)
+	r := processes.New(d.Client(), "node-a")
+	for _, id := range []string{"old", "recent", "open"} {
+		register(t, ctx, r, id, external(id))
+	}
+	finish := func(id string) {
+		t.Helper()
+		if _, _, err := r.Finish(ctx, id, processes.TypeCompleted, id, processes.ByExternalOwner); err != nil {
+			t.Fatal(err)
+		}
+	}
+	finish("old")
+	p, err := r.Get(ctx, "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cutoff := p.End.At.Add(time.Nanosecond)
+	// The next end must be stamped after the cutoff.
+	testenv.WaitFor(t, 5*time.Second, func() error {
+		if !time.Now().After(cutoff) {
+			return fmt.Errorf("the clock has not passed the cutoff")
+		}
+		return nil
+	})
+	finish("recent")
+	pruned, err := r.Prune(ctx, cutoff)
+	if err != nil || !equal(pruned, []string{"old"}) {
+		t.Fatalf("Prune before the cutoff = %v, %v; want [old]", pruned, err)
+	}
+	if _, err := r.Get(ctx, "old"); !errors.Is(err, processes.ErrUnknown) {
+		t.Fatalf("a pruned process: %v", err)
+	}
+	pruned, err = r.Prune(ctx, time.Now().Add(time.Hour))
+	if err != nil || !equal(pruned, []string{"recent"}) {
+		t.Fatalf("Prune of everything ended = %v, %v; want [recent] and never the open one", pruned, err)
+	}
+	if p, err := r.Get(ctx, "open"); err != nil || p.Ended() || p.Events != 1 {
+		t.Fatalf("the open process after prunes: %+v, %v", p, err)
+	}
+}

@@ -43,6 +43,8 @@ var subtests = []struct {
 	{"abandon/writer-and-evidence", testAbandon},
 	{"await/ended", testAwaitEnded},
 	{"await/racing-terminal", testAwaitRacing},
+	{"grants/transfer-and-revoke", testGrants},
+	{"prune/ended-only", testPrune},
 	{"worker/runs-once", testWorkersRunOnce},
 	{"worker/cancel", testWorkerCancel},
 	{"worker/drain", testDrain},

@@ -276,7 +276,8 @@ func isProcessTool(name string) bool {
 }
 
 // addressable returns the process if the calling session may address it:
-// it started it, or it is the process's wake target.
+// it holds a grant (the session that started a process and its wake
+// target do, until revoked).
 func addressable(ctx context.Context, ps Processes, id string) (*processes.Process, error) {
 	info, ok := tools.Info(ctx)
 	if !ok {
@@ -293,7 +294,7 @@ func addressable(ctx context.Context, ps Processes, id string) (*processes.Proce
 	if err != nil {
 		return nil, err
 	}
-	if s := info.Key.Session; p.Registration.Provenance.Session != s && p.Registration.WakeTarget != s {
+	if !p.Granted(info.Key.Session) {
 		return nil, fmt.Errorf("no process %q", id) // not said to exist to those it is not theirs
 	}
 	return p, nil
