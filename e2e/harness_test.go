@@ -54,6 +54,9 @@ func binary(t testing.TB, name string) string {
 }
 
 func TestMain(m *testing.M) {
+	if pid := os.Getenv(silentRunnerEnv); pid != "" {
+		os.Exit(silentRunner(os.Getenv("LASH_E2E_NATS"), pid))
+	}
 	code := m.Run()
 	if bin.dir != "" {
 		os.RemoveAll(bin.dir)
@@ -81,7 +84,13 @@ func start(t testing.TB, name, command string, args ...string) *proc {
 // startEnv is start with more environment variables.
 func startEnv(t testing.TB, name string, env []string, command string, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, name: name, cmd: exec.Command(binary(t, command), args...), done: make(chan struct{})}
+	return startCmd(t, name, env, exec.Command(binary(t, command), args...))
+}
+
+// startCmd runs cmd with more environment variables, as start does.
+func startCmd(t testing.TB, name string, env []string, cmd *exec.Cmd) *proc {
+	t.Helper()
+	p := &proc{t: t, name: name, cmd: cmd, done: make(chan struct{})}
 	p.cmd.Env = append(append(os.Environ(), "NATS_URL="), env...) // only what the test says
 	r, w := io.Pipe()
 	p.cmd.Stdout, p.cmd.Stderr = w, w

@@ -3,14 +3,21 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lash-run/lash/leases"
 	"github.com/lash-run/lash/nodeapi"
+	"github.com/lash-run/lash/processes"
 	"github.com/lash-run/lash/provider/scripted"
+	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/testenv"
+	"github.com/nats-io/nats.go"
 )
 
 type processEvents struct {
@@ -180,5 +187,166 @@ func TestSubAgentSurvivesKill(t *testing.T) {
 	}
 	if n := tool.count("in_doubt=true"); n == 0 {
 		t.Fatal("the sub-agent's tool call was not run again in doubt")
+	}
+}
+
+const backgroundScript = `
+rule bg
+  when user contains in the background
+  when tools = 0
+  call process_start {"tool":"ledger_append","args":{"entry":"bg"},"name":"bg"}
+
+rule bg-started
+  when user contains in the background
+  when tool contains started
+  say started it
+
+rule told
+  when user contains [process
+  say it is done
+`
+
+// Through lash-node and a scripted model: a turn starts a tool served by
+// another process in the background and ends; the tool's end comes back to
+// the session as an input that starts the next turn; lash-admin lists the
+// process.
+func TestBackgroundToolWakesSession(t *testing.T) {
+	d := newDeployment(t)
+	d.toolServer()
+	d.node("node-a", backgroundScript)
+	d.send("s1", "k1", []byte(`{"text":"append in the background"}`))
+	var tr struct {
+		Messages []struct {
+			Role string `json:"role"`
+			Text string `json:"text"`
+		} `json:"messages"`
+	}
+	testenv.WaitFor(t, 60*time.Second, func() error {
+		tr.Messages = nil
+		if err := d.tryAdmin(&tr, "transcript", "s1"); err != nil {
+			return err
+		}
+		if n := len(tr.Messages); n == 0 || tr.Messages[n-1].Text != "it is done" {
+			return fmt.Errorf("not told yet: %+v", tr.Messages)
+		}
+		return nil
+	})
+	var told string
+	for _, m := range tr.Messages {
+		if m.Role == "user" && strings.HasPrefix(m.Text, "[process") {
+			told = m.Text
+		}
+	}
+	if !strings.HasSuffix(told, `(tool ledger_append) completed] appended "bg"`) {
+		t.Fatalf("told %q", told)
+	}
+	var ps struct {
+		Processes []struct {
+			ID      string `json:"id"`
+			Status  string `json:"status"`
+			Session string `json:"session"`
+			What    string `json:"what"`
+		} `json:"processes"`
+	}
+	d.admin(&ps, "processes", "ls", "--session", "s1")
+	if len(ps.Processes) != 1 || ps.Processes[0].Status != "completed" || ps.Processes[0].What != "ledger_append" || !strings.Contains(told, ps.Processes[0].ID) {
+		t.Fatalf("processes of s1: %+v", ps.Processes)
+	}
+}
+
+// silentRunnerEnv makes the test binary a runner that goes silent: it
+// starts the process named by the variable under a lease it never renews,
+// and keeps its node's liveness beating, as a runner stuck in its work
+// would, until it is killed.
+const silentRunnerEnv = "LASH_E2E_SILENT_RUNNER"
+
+func silentRunner(url, pid string) int {
+	fail := func(err error) int { fmt.Fprintln(os.Stderr, "silent runner:", err); return 1 }
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return fail(err)
+	}
+	ctx := context.Background()
+	c, err := streams.Open(ctx, nc, streams.Config{})
+	if err != nil {
+		return fail(err)
+	}
+	m := leases.New(c, leases.LocalOwner("silent-node"))
+	if err := m.Beat(ctx, 2*time.Second); err != nil {
+		return fail(err)
+	}
+	// The lease first, so no node runs the process once it is registered.
+	l, err := m.Claim(ctx, "proc."+pid, 2*time.Second)
+	if err != nil {
+		return fail(err)
+	}
+	fmt.Println("claimed")
+	r := processes.New(c, "silent-node")
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		_, err := r.Start(ctx, pid, l)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, processes.ErrUnknown) || time.Now().After(deadline) {
+			return fail(err)
+		}
+		time.Sleep(10 * time.Millisecond) // a poll until the test registers it
+	}
+	fmt.Println("started")
+	for {
+		time.Sleep(500 * time.Millisecond)
+		if err := m.Beat(ctx, 2*time.Second); err != nil {
+			return fail(err)
+		}
+	}
+}
+
+// Owner-bound work whose runner went silent (its lease lapsed, its node's
+// liveness still beats) is left open and unrun by the nodes' sweeps; once
+// the runner is SIGKILLed, its PID proves it dead and the work is marked
+// abandoned, naming it.
+func TestSilentRunnerLeftOpenUntilKilled(t *testing.T) {
+	d := newDeployment(t)
+	d.toolServer()
+	d.node("node-a", ledgerScript)
+	d.node("node-b", ledgerScript)
+	api := nodeapi.NewClient(d.nc, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	runner := startCmd(t, "silent-runner", []string{silentRunnerEnv + "=deploy", "LASH_E2E_NATS=" + d.url}, exec.Command(os.Args[0], "-test.run=^$"))
+	runner.waitLine("claimed", 30*time.Second)
+	if _, err := api.ProcessStart(ctx, nodeapi.ProcessStartRequest{ID: "deploy", Tool: "ledger_append",
+		Args: json.RawMessage(`{"entry":"deploy"}`), Disposition: "owner_bound"}); err != nil {
+		t.Fatal(err)
+	}
+	runner.waitLine("started", 30*time.Second)
+	// Its lease lapses after 2s; the nodes sweep every 2s. Over four lease
+	// lifetimes the process stays as the runner left it.
+	deadline := time.Now().Add(8 * time.Second)
+	for time.Now().Before(deadline) {
+		info, err := api.ProcessStatus(ctx, "deploy")
+		if err != nil || info.Ended || info.Attempts != 1 || info.Status != "running" {
+			t.Fatalf("while its runner is silent: %+v, %v; want it running, one attempt", info, err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	runner.kill()
+	info, err := api.ProcessAwait(ctx, "deploy", 0)
+	var why struct {
+		Writer   string `json:"writer"`
+		Evidence string `json:"evidence"`
+		Owner    struct {
+			Node string `json:"node"`
+		} `json:"owner"`
+	}
+	if err != nil || info.Status != "abandoned" || json.Unmarshal(info.Outcome, &why) != nil || why.Writer != "sweep" || why.Owner.Node != "silent-node" {
+		t.Fatalf("after the kill: %+v (%s), %v; want abandoned by the sweep, naming silent-node", info, info.Outcome, err)
+	}
+	if got := fmt.Sprint(d.processEvents("deploy")); got != "[registered started abandoned]" {
+		t.Fatalf("events %s", got)
 	}
 }
