@@ -2,6 +2,7 @@ package lash
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,7 +11,9 @@ import (
 	"time"
 
 	"github.com/lash-run/lash/processes"
+	"github.com/lash-run/lash/projector"
 	"github.com/lash-run/lash/provider/scripted"
+	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/testenv"
 	"github.com/lash-run/lash/tools"
 	"github.com/lash-run/lash/tools/builtin"
@@ -35,6 +38,16 @@ rule await-helper
 rule helper-done
   when tool contains summary: all quiet
   say the helper says all is quiet
+
+rule list
+  when user contains list them
+  when not tool contains [
+  call process_list
+
+rule listed
+  when user contains list them
+  when tool contains [
+  say listed
 
 rule later
   when user contains docs later
@@ -233,7 +246,99 @@ func TestSpawnAgent(t *testing.T) {
 	for _, s := range specs {
 		names = append(names, s.Name)
 	}
-	if got := strings.Join(names, ","); got != "build,process_await,process_cancel,process_start,spawn_agent" {
+	if got := strings.Join(names, ","); got != "build,process_await,process_cancel,process_list,process_start,spawn_agent" {
 		t.Fatalf("the sub-agent is offered %s", got)
+	}
+}
+
+// The process read model follows the stream: a process by status and by
+// the sessions holding grants, moved when they change, and equal to a
+// fresh fold of the stream.
+func TestProcessProjection(t *testing.T) {
+	release := make(chan struct{})
+	close(release)
+	var builds atomic.Int32
+	n, ctx := backgroundNode(t, newRig(t), release, &builds)
+	s := n.Session("writer")
+	if _, _, err := s.Send(ctx, "k1", Input{Text: "docs later"}); err != nil {
+		t.Fatal(err)
+	}
+	waitForAnswer(t, s, "the docs are built")
+	pid := builtin.NamedProcessID("writer", "docs")
+	proj := n.ProcessProjection()
+	ids := func(ps []*processes.Process, err error) string {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, p := range ps {
+			out = append(out, p.ID)
+		}
+		return strings.Join(out, ",")
+	}
+	caughtUp := func() {
+		t.Helper()
+		last, err := n.Streams().LastSeq(ctx, streams.Processes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := proj.WaitFor(ctx, last); err != nil {
+			t.Fatal(err)
+		}
+	}
+	caughtUp()
+	if got := ids(proj.ProcessesIn(processes.Completed)); got != pid {
+		t.Fatalf("completed processes %q, want %s", got, pid)
+	}
+	if got := ids(proj.ProcessesIn(processes.Pending)); got != "" {
+		t.Fatalf("pending processes %q, want none", got)
+	}
+	if got := ids(proj.ProcessesOf("writer")); got != pid {
+		t.Fatalf("processes of writer %q, want %s", got, pid)
+	}
+	if _, err := n.Processes().Grant(ctx, pid, "reader", "writer"); err != nil {
+		t.Fatal(err)
+	}
+	caughtUp()
+	if got, other := ids(proj.ProcessesOf("writer")), ids(proj.ProcessesOf("reader")); got != "" || other != pid {
+		t.Fatalf("after a transfer: writer %q, reader %q", got, other)
+	}
+	// The reader lists it with process_list; the writer no longer does.
+	for _, who := range []string{"reader", "writer"} {
+		if _, _, err := n.Session(who).Send(ctx, "list", Input{Text: "list them"}); err != nil {
+			t.Fatal(err)
+		}
+		tr := waitForAnswer(t, n.Session(who), "listed")
+		listing := tr[len(tr)-2].Text
+		if want := who == "reader"; strings.Contains(listing, pid) != want || want && !strings.Contains(listing, `"status":"completed"`) {
+			t.Fatalf("%s lists %s", who, listing)
+		}
+	}
+	fresh, err := OpenProcessProjection(t.TempDir(), n.Streams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	if err := fresh.CatchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a, errA := proj.Process(pid)
+	b, errB := fresh.Process(pid)
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	if errA != nil || errB != nil || string(ja) != string(jb) {
+		t.Fatalf("the kept read model and a fresh fold differ:\n%s\n%s\n%v %v", ja, jb, errA, errB)
+	}
+	// Pruned, it leaves the read model too.
+	if pruned, err := n.Processes().Prune(ctx, time.Now().Add(time.Hour)); err != nil || len(pruned) != 1 {
+		t.Fatalf("prune: %v, %v", pruned, err)
+	}
+	caughtUp()
+	if _, err := proj.Process(pid); !errors.Is(err, projector.ErrNotFound) {
+		t.Fatalf("a pruned process in the read model: %v", err)
+	}
+	if got := ids(proj.ProcessesOf("reader")) + ids(proj.ProcessesIn(processes.Completed)); got != "" {
+		t.Fatalf("a pruned process in the indexes: %q", got)
 	}
 }

@@ -90,8 +90,9 @@ func WithToolTimeout(d time.Duration) Option { return func(o *options) { o.toolT
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // WithProjection keeps the deployment's session read model in a Pebble
-// store in dir, folded from the streams while the node runs. It is a cache:
-// deleting dir loses nothing.
+// store in dir, and its process read model in dir + ".processes", folded
+// from the streams while the node runs. They are caches: deleting them
+// loses nothing.
 func WithProjection(dir string) Option { return func(o *options) { o.projection = dir } }
 
 // Node runs sessions' turns. Any number of nodes share a deployment.
@@ -109,6 +110,7 @@ type Node struct {
 	runName  string
 	proj     *projector.Projector
 	projDone chan struct{}
+	procProj *projector.Projector
 	blobs    *blobs.Store
 	procs    *processes.Registry
 	// agents caches the registrations of sub-agents' sessions.
@@ -229,24 +231,34 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 			n.closeConn()
 			return nil, err
 		}
-		n.proj, n.projDone = p, make(chan struct{})
-		go func() {
-			defer close(n.projDone)
-			// The projection is a cache every read of the node leans on: a
-			// fold that stops (a lost connection, an object store that
-			// does not answer) starts again from its cursor.
-			for wait := time.Second; bctx.Err() == nil; wait = min(2*wait, 30*time.Second) {
-				err := p.Run(bctx)
-				if bctx.Err() != nil {
-					return
+		pp, err := OpenProcessProjection(o.projection+".processes", c)
+		if err != nil {
+			p.Close()
+			stop()
+			n.closeConn()
+			return nil, err
+		}
+		n.proj, n.procProj, n.projDone = p, pp, make(chan struct{})
+		var folds sync.WaitGroup
+		for _, p := range []*projector.Projector{p, pp} {
+			folds.Go(func() {
+				// The projection is a cache every read of the node leans
+				// on: a fold that stops (a lost connection, an object
+				// store that does not answer) starts again from its cursor.
+				for wait := time.Second; bctx.Err() == nil; wait = min(2*wait, 30*time.Second) {
+					err := p.Run(bctx)
+					if bctx.Err() != nil {
+						return
+					}
+					o.logger.Error("projection stopped; it starts again", "err", err, "in", wait)
+					select {
+					case <-bctx.Done():
+					case <-time.After(wait):
+					}
 				}
-				o.logger.Error("session projection stopped; it starts again", "err", err, "in", wait)
-				select {
-				case <-bctx.Done():
-				case <-time.After(wait):
-				}
-			}
-		}()
+			})
+		}
+		go func() { folds.Wait(); close(n.projDone) }()
 	}
 	n.beats.Add(1)
 	go n.beat(bctx)
@@ -272,6 +284,11 @@ func (n *Node) beat(ctx context.Context) {
 // Projection is the node's session read model, or nil without
 // WithProjection. Read your own writes with its WaitFor.
 func (n *Node) Projection() *projector.Projector { return n.proj }
+
+// ProcessProjection is the node's process read model (kept beside the
+// session read model, in its directory with ".processes" added), or nil
+// without WithProjection.
+func (n *Node) ProcessProjection() *projector.Projector { return n.procProj }
 
 // Running counts the sessions this node is running now.
 func (n *Node) Running() int {
@@ -319,6 +336,9 @@ func (n *Node) Close(ctx context.Context) error {
 	if n.proj != nil {
 		<-n.projDone
 		if cerr := n.proj.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+		if cerr := n.procProj.Close(); cerr != nil && err == nil {
 			err = cerr
 		}
 	}

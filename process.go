@@ -23,13 +23,27 @@ func (n *Node) Processes() *processes.Registry { return n.procs }
 func (n *Node) Tools() *tools.Registry { return n.opts.tools }
 
 // ProcessTools are the model-facing process tools (process_start,
-// process_await, process_cancel) for the node's tool registry: any tool
-// of the node may be started in the background.
+// process_await, process_cancel, spawn_agent, and process_list with
+// WithProjection) for the node's tool registry: any tool of the node may
+// be started in the background.
 func (n *Node) ProcessTools() []tools.Tool {
+	var list builtin.Lister
+	if n.procProj != nil {
+		list = func(ctx context.Context, session string) ([]*processes.Process, error) {
+			last, err := n.client.LastSeq(ctx, streams.Processes)
+			if err != nil {
+				return nil, err
+			}
+			if err := n.procProj.WaitFor(ctx, last); err != nil {
+				return nil, err
+			}
+			return n.procProj.ProcessesOf(session)
+		}
+	}
 	return builtin.ProcessTools(n.procs, func(name string) bool {
 		_, ok := n.opts.tools.Get(name)
 		return ok
-	})
+	}, list)
 }
 
 // RunProcesses runs the deployment's processes on this node until ctx ends

@@ -25,6 +25,13 @@ func OpenProjection(dir string, c *streams.Client) (*projector.Projector, error)
 		Folds: []projector.Fold{projector.NewSessions(prefix, projector.WithInputCheck(CheckInput), projector.WithBodies(bodies))}})
 }
 
+// OpenProcessProjection opens the read model of the deployment's
+// processes in dir (projector.Processes).
+func OpenProcessProjection(dir string, c *streams.Client) (*projector.Projector, error) {
+	return projector.Open(dir, c, projector.Config{Stream: streams.Processes, Filter: c.Subjects().AllProcesses(),
+		Folds: []projector.Fold{projector.NewProcesses(c.Subjects())}})
+}
+
 // CheckInput reports why data is not a readable input, or nil. A node
 // consumes such an input with a turn that records the error.
 func CheckInput(data []byte) error {

@@ -131,6 +131,11 @@ func fold(id string, evs []Event) (*Process, error) {
 	return p, nil
 }
 
+// Apply folds the next stored event into p, for read models that keep a
+// process between its events; p starts as &Process{ID: id}. It refuses,
+// with ErrCorrupt, a log no writer following the rules could have made.
+func (p *Process) Apply(e Event) error { return p.apply(e) }
+
 // apply adds a stored event. Writers check events before they append
 // them; apply only refuses a log that cannot have been written that way.
 func (p *Process) apply(e Event) error {

@@ -19,6 +19,7 @@ type Store interface {
 	Read(ctx context.Context, filter string, from uint64, fn func(*streams.Msg) error) error
 	Tail(ctx context.Context, s streams.Stream, filters []string, from uint64, fn func(m *streams.Msg, pending uint64) error) error
 	Purge(ctx context.Context, filter string) error
+	Publish(ctx context.Context, p streams.Publication) (seq uint64, duplicate bool, err error)
 }
 
 // appendTries bounds how often one append re-reads and tries again after
@@ -175,7 +176,8 @@ func (r *Registry) List(ctx context.Context) (ps []*Process, unreadable map[stri
 // Prune removes the logs of processes that ended before cutoff, and
 // returns their ids. A process that has not ended is never touched; an
 // unreadable log is left for an operator. Each log goes in one purge of
-// its subject, so a prune stopped half way leaves whole processes.
+// its subject, so a prune stopped half way leaves whole processes; then a
+// mark on <prefix>.proc.<pid>.gone tells read models to drop it.
 func (r *Registry) Prune(ctx context.Context, cutoff time.Time) ([]string, error) {
 	ps, _, err := r.List(ctx)
 	if err != nil {
@@ -192,6 +194,18 @@ func (r *Registry) Prune(ctx context.Context, cutoff time.Time) ([]string, error
 		}
 		if err := r.s.Purge(ctx, subj); err != nil {
 			return pruned, fmt.Errorf("process %s: prune: %w", clip(p.ID), err)
+		}
+		// Read models learn of the purge from a mark: a purge is no message.
+		gone, err := r.s.Subjects().ProcessGone(p.ID)
+		if err != nil {
+			return pruned, err
+		}
+		mark := jsonData(struct {
+			Pruned time.Time `json:"pruned"`
+			Ended  time.Time `json:"ended"`
+		}{r.now().UTC(), p.End.At})
+		if _, _, err := r.s.Publish(ctx, streams.Publication{Subject: gone, Data: mark, MsgID: "proc-gone:" + gone}); err != nil {
+			return pruned, fmt.Errorf("process %s: prune mark: %w", clip(p.ID), err)
 		}
 		pruned = append(pruned, p.ID)
 	}

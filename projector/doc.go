@@ -29,6 +29,11 @@
 // node's reason. A message whose subject names no session (an over-long or
 // non-canonical token) is set aside too.
 //
+// The Processes fold keeps each process of the PROCESSES stream as its log
+// folds (package processes), and indexes it by status and by the sessions
+// holding grants on it (ProcessesIn, ProcessesOf). An event of a process
+// never registered (or pruned) is set aside.
+//
 // Pebble is opened with the newest format and a logger that keeps only
 // errors, without a write-ahead log: a crash loses the newest batches and
 // their cursor together, and the stream folds them again. Close flushes.

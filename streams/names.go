@@ -202,6 +202,19 @@ func (s Subjects) ProcessEvents(process string) (string, error) {
 	return s.prefix + ".proc." + t[0] + ".ev", nil
 }
 
+// ProcessGone marks a process whose log was pruned, for read models that
+// folded it: a purge leaves no message of its own.
+func (s Subjects) ProcessGone(process string) (string, error) {
+	t, err := mustTokens(process)
+	if err != nil {
+		return "", err
+	}
+	return s.prefix + ".proc." + t[0] + ".gone", nil
+}
+
+// AllProcesses matches every process subject: logs and prune marks.
+func (s Subjects) AllProcesses() string { return s.prefix + ".proc.>" }
+
 // AllProcessEvents matches the logs of every process.
 func (s Subjects) AllProcessEvents() string { return s.prefix + ".proc.*.ev" }
 

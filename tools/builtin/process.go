@@ -19,6 +19,7 @@ const (
 	ProcessStartTool  = "process_start"
 	ProcessAwaitTool  = "process_await"
 	ProcessCancelTool = "process_cancel"
+	ProcessListTool   = "process_list"
 	SpawnAgentTool    = "spawn_agent"
 )
 
@@ -84,9 +85,13 @@ func AgentOf(ctx context.Context, ps Processes, session string) (*processes.Proc
 // maxProcessName bounds a process's name in its session.
 const maxProcessName = 128
 
-// ProcessTools returns process_start, process_await and process_cancel.
-// has reports whether a tool may be run in the background (nil: any).
-func ProcessTools(ps Processes, has func(tool string) bool) []tools.Tool {
+// Lister lists the processes a session holds a grant on.
+type Lister func(ctx context.Context, session string) ([]*processes.Process, error)
+
+// ProcessTools returns process_start, process_await, process_cancel,
+// spawn_agent, and process_list when list is not nil. has reports whether
+// a tool may be run in the background (nil: any).
+func ProcessTools(ps Processes, has func(tool string) bool, list Lister) []tools.Tool {
 	start, err := tools.Func(ProcessStartTool, "Run a tool in the background. Returns at once with the process id; when the process ends, its outcome comes back as a new message. Use process_await to wait for it instead.",
 		func(ctx context.Context, a struct {
 			Tool  string         `json:"tool" jsonschema:"the tool to run"`
@@ -248,7 +253,50 @@ func ProcessTools(ps Processes, has func(tool string) bool) []tools.Tool {
 	if err != nil {
 		panic(err)
 	}
-	return []tools.Tool{start, await, cancel, spawn}
+	out := []tools.Tool{start, await, cancel, spawn}
+	if list != nil {
+		lt, err := tools.Func(ProcessListTool, "List the background processes and sub-agents of this conversation: id, what runs, status, and the outcome of those that ended.",
+			func(ctx context.Context, _ struct{}) (string, error) {
+				info, ok := tools.Info(ctx)
+				if !ok {
+					return "", errors.New("process_list runs inside a turn")
+				}
+				ps, err := list(ctx, info.Key.Session)
+				if err != nil {
+					return "", err
+				}
+				type row struct {
+					Process string `json:"process"`
+					Label   string `json:"label,omitempty"`
+					Kind    string `json:"kind"`
+					Status  string `json:"status"`
+					Outcome string `json:"outcome,omitempty"`
+				}
+				rows := []row{}
+				for _, p := range ps {
+					r := row{Process: p.ID, Label: p.Registration.Label, Kind: string(p.Registration.Input.Kind), Status: string(p.Status())}
+					if p.Ended() {
+						r.Outcome = clipOutcome(ProcessOutcome(p))
+					}
+					rows = append(rows, r)
+				}
+				b, err := json.Marshal(rows)
+				return string(b), err
+			})
+		if err != nil {
+			panic(err)
+		}
+		out = append(out, lt)
+	}
+	return out
+}
+
+// clipOutcome keeps a listing short: process_await gives the whole outcome.
+func clipOutcome(s string) string {
+	if len(s) <= 200 {
+		return s
+	}
+	return s[:200] + "..."
 }
 
 // AgentTools filters the tool specs offered to a sub-agent's session: the
@@ -269,7 +317,7 @@ func AgentTools(agent *processes.Process, specs []turn.ToolSpec) []turn.ToolSpec
 
 func isProcessTool(name string) bool {
 	switch name {
-	case ProcessStartTool, ProcessAwaitTool, ProcessCancelTool, SpawnAgentTool:
+	case ProcessStartTool, ProcessAwaitTool, ProcessCancelTool, ProcessListTool, SpawnAgentTool:
 		return true
 	}
 	return false
