@@ -53,17 +53,11 @@ func (n *Node) ProcessTools() []tools.Tool {
 // Attempts running when it stops are handed back, or, for started
 // owner-bound work, marked abandoned by the drain.
 func (n *Node) RunProcesses(ctx context.Context) error {
-	n.mu.Lock()
-	if n.closing {
-		n.mu.Unlock()
-		return ErrClosed
+	ctx, done, err := n.sideLoop(ctx)
+	if err != nil {
+		return err
 	}
-	n.wakers.Add(1)
-	n.mu.Unlock()
-	defer n.wakers.Done()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(n.halt, cancel)()
+	defer done()
 	w := processes.NewWorker(processes.WorkerConfig{Registry: n.procs, Leases: n.leases, Store: n.client,
 		Executor: processExecutor{n}, TTL: n.opts.leaseTTL, Concurrency: n.opts.concurrency, Logger: n.opts.logger,
 		OnEnd: func(p *processes.Process, live bool) { n.processEnded(ctx, p, live) }})

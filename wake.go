@@ -42,28 +42,39 @@ func (n *Node) Wake(ctx context.Context) error {
 	if n.proj == nil {
 		return errors.New("lash: Wake needs a projection (WithProjection)")
 	}
-	n.mu.Lock()
-	if n.closing {
-		n.mu.Unlock()
-		return ErrClosed
+	side, done, err := n.sideLoop(ctx)
+	if err != nil {
+		return err
 	}
-	n.wakers.Add(1)
-	n.mu.Unlock()
-	defer n.wakers.Done()
-	ctx, cancel := context.WithCancel(ctx)
+	defer done()
+	ctx, cancel := context.WithCancel(side)
 	defer cancel()
-	// Close stops the waker once running turns are done.
-	defer context.AfterFunc(n.halt, cancel)()
 	errc := make(chan error, 2)
 	go func() { errc <- n.wakeSignals(ctx) }()
 	go func() { errc <- n.wakeTimers(ctx) }()
-	err := <-errc
+	err = <-errc
 	cancel()
 	<-errc
-	if ctx.Err() != nil {
-		return nil
+	if side.Err() != nil {
+		return nil // stopped, not failed
 	}
 	return err
+}
+
+// sideLoop registers a loop beside the turns (the waker, the process
+// worker): Close waits for it, and its context ends once running turns
+// are done. done must be called when the loop returns.
+func (n *Node) sideLoop(ctx context.Context) (context.Context, func(), error) {
+	n.mu.Lock()
+	if n.closing {
+		n.mu.Unlock()
+		return nil, nil, ErrClosed
+	}
+	n.wakers.Add(1)
+	n.mu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(n.halt, cancel)
+	return ctx, func() { stop(); cancel(); n.wakers.Done() }, nil
 }
 
 // wakeTimers sweeps the parked calls every WakeInterval: it wakes sleeps
