@@ -58,10 +58,32 @@ func (n *Node) RunProcesses(ctx context.Context) error {
 		return err
 	}
 	defer done()
+	// Ends are told off the worker's reading loop, in order; a full queue
+	// holds the reader back.
+	type end struct {
+		p    *processes.Process
+		live bool
+	}
+	ends := make(chan end, 256)
+	told := make(chan struct{})
+	go func() {
+		defer close(told)
+		for e := range ends {
+			n.processEnded(ctx, e.p, e.live)
+		}
+	}()
 	w := processes.NewWorker(processes.WorkerConfig{Registry: n.procs, Leases: n.leases, Store: n.client,
 		Executor: processExecutor{n}, TTL: n.opts.leaseTTL, Concurrency: n.opts.concurrency, Logger: n.opts.logger,
-		OnEnd: func(p *processes.Process, live bool) { n.processEnded(ctx, p, live) }})
-	return w.Run(ctx)
+		OnEnd: func(p *processes.Process, live bool) {
+			select {
+			case ends <- end{p, live}:
+			case <-ctx.Done():
+			}
+		}})
+	err = w.Run(ctx)
+	close(ends)
+	<-told
+	return err
 }
 
 type processExecutor struct{ n *Node }
@@ -101,16 +123,26 @@ func (x processExecutor) Execute(ctx context.Context, run *processes.Run) (json.
 // Either is an input under the process's one wake key, so every node
 // doing it for every process it sees end delivers it once.
 func (n *Node) processEnded(ctx context.Context, p *processes.Process, live bool) {
+	if in := p.Registration.Input; in.Kind == processes.SessionTurn && p.Status() == processes.Cancelled {
+		// However it was cancelled (its attempt stopped, or recovery
+		// cancelled it unrun), the sub-agent's turn stops too.
+		if _, _, err := n.Session(in.Session).Send(ctx, agentCancelKey(p.ID), Input{Cancel: true}); err != nil && ctx.Err() == nil {
+			n.opts.logger.Warn("cancelling a sub-agent's turn", "session", in.Session, "err", err)
+		}
+	}
 	target := p.WakesTarget()
 	if target == "" {
 		return // none, or its grant was revoked
+	}
+	if !live && n.proj == nil {
+		return // read at start, with no read model to say whether it was told: the nodes that saw it end told it
 	}
 	key := processWakeKey(p.ID)
 	if n.proj != nil {
 		if _, seen, err := n.proj.InputKey(target, key); err == nil && seen {
 			return // told already (the common case for those read at start)
 		}
-		if calls, err := parkedIn(n.proj); err == nil {
+		if calls, err := n.parked(ctx); err == nil {
 			for _, pc := range calls {
 				if pc.session == target && pc.ticket.Kind == builtin.ProcessTicket && pc.ticket.Process == p.ID {
 					if err := n.wakeOnProcessEnd(ctx, pc, p); err != nil && ctx.Err() == nil {
@@ -169,7 +201,7 @@ func (x processExecutor) agentTurn(ctx context.Context, p *processes.Process) (j
 		return nil, &processes.ExecError{Code: "bad_task", Message: err.Error()}
 	}
 	if err != nil {
-		return nil, err
+		return nil, processes.Retryable(err)
 	}
 	stop := context.AfterFunc(ctx, func() {
 		if !errors.Is(context.Cause(ctx), processes.ErrCancelRequested) {
@@ -183,6 +215,10 @@ func (x processExecutor) agentTurn(ctx context.Context, p *processes.Process) (j
 	})
 	defer stop()
 	o, err := n.outcomeAfter(ctx, child, seq)
+	var xe *processes.ExecError
+	if err != nil && !errors.As(err, &xe) && ctx.Err() == nil {
+		return nil, processes.Retryable(err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -203,16 +239,18 @@ func (x processExecutor) agentTurn(ctx context.Context, p *processes.Process) (j
 
 // outcomeAfter follows a session's log until the turn that took input seq
 // has ended, or a turn after it did, unsuspended, and returns its outcome.
-// An input consumed without a turn is an error.
+// An input refused is an error; one consumed as the duplicate of an
+// earlier input is answered by that input's turn.
 func (n *Node) outcomeAfter(ctx context.Context, session string, seq uint64) (*turn.Outcome, error) {
 	subj, err := n.client.Subjects().SessionEvents(session)
 	if err != nil {
 		return nil, err
 	}
 	var (
-		took bool
-		out  *turn.Outcome
-		fail error
+		took   bool
+		out    *turn.Outcome
+		fail   error
+		origin uint64
 	)
 	errDone := errors.New("done")
 	err = n.client.Tail(ctx, streams.Sessions, []string{subj}, 1, func(m *streams.Msg, _ uint64) error {
@@ -236,11 +274,19 @@ func (n *Node) outcomeAfter(ctx context.Context, session string, seq uint64) (*t
 			uses = cb.Inputs
 		}
 		for _, u := range uses {
-			if u.Seq == seq && (u.Refused != "" || u.Duplicate != 0) && o == nil {
+			switch {
+			case u.Seq != seq:
+			case u.Duplicate != 0 && u.Duplicate < seq:
+				// A re-run's task appended again: the turn that took the
+				// first one is the answer.
+				origin = u.Duplicate
+				return errDone
+			case u.Refused != "":
 				fail = &processes.ExecError{Code: "bad_task", Message: "the task was not taken: " + u.Refused}
 				return errDone
+			default:
+				took = true
 			}
-			took = took || u.Seq == seq
 		}
 		if took && o != nil && o.Termination.Reason != turn.Suspended {
 			out = o
@@ -248,6 +294,9 @@ func (n *Node) outcomeAfter(ctx context.Context, session string, seq uint64) (*t
 		}
 		return nil
 	})
+	if errors.Is(err, errDone) && origin != 0 {
+		return n.outcomeAfter(ctx, session, origin) // an earlier input: this ends
+	}
 	if errors.Is(err, errDone) {
 		return out, fail
 	}

@@ -271,8 +271,8 @@ func (p *Process) check(e *Event) (duplicate bool, err error) {
 	if p.End != nil && e.Type != TypeGranted && e.Type != TypeRevoked {
 		return refuse(ErrTerminal, "it ended %s", p.End.Type)
 	}
-	if p.Events >= MaxEvents && !Terminal(e.Type) && e.Type != TypeCancelRequested {
-		return refuse(ErrRefused, "it has %d events, the most a process may have; only its end or a cancel request is taken", p.Events)
+	if p.Events >= MaxEvents && !Terminal(e.Type) && e.Type != TypeCancelRequested && e.Type != TypeStarted {
+		return refuse(ErrRefused, "it has %d events, the most a process may have; only its end, an attempt or a cancel request is taken", p.Events)
 	}
 	if err := p.checkWriter(e); err != nil {
 		return false, err
@@ -348,7 +348,7 @@ func (p *Process) checkWriter(e *Event) error {
 			return refuse(ErrInvalid, "an abandoned event names its writer and evidence")
 		}
 		switch a.Writer {
-		case OwnerDrain, Sweep:
+		case OwnerDrain, Sweep, GaveUp:
 			if e.Token == 0 {
 				return refuse(ErrRefused, "%s abandons under the process's lease", a.Writer)
 			}

@@ -176,3 +176,24 @@ func FuzzFold(f *testing.F) {
 		_ = p.Status()
 	})
 }
+
+// An empty tool list survives the log: a sub-agent given no tools is not
+// read back as one given all.
+func TestEmptyToolsSurvive(t *testing.T) {
+	reg := Registration{Input: Input{Kind: SessionTurn, Session: "c", Instructions: "x", Depth: 1, Tools: []string{}},
+		Disposition: Rerunnable, Provenance: Provenance{Session: "s"}}
+	p := logOf(t, reg)
+	if p.Registration.Input.Tools == nil {
+		t.Fatal("an empty tool list came back as none (all tools)")
+	}
+	all := reg
+	all.Input.Tools = nil
+	if p := logOf(t, all); p.Registration.Input.Tools != nil {
+		t.Fatal("no tool list came back as an empty one")
+	}
+	h1, _ := reg.Hash()
+	h2, _ := all.Hash()
+	if h1 == h2 {
+		t.Fatal("no tools and all tools hash alike")
+	}
+}

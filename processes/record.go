@@ -34,8 +34,8 @@ const (
 	// MaxGrants bounds the sessions that hold grants on one process.
 	MaxGrants = 64
 	// MaxEvents bounds the events of one process; past it only a terminal
-	// event or a cancel request is accepted, so a chatty process can
-	// always be ended.
+	// event, a new attempt or a cancel request is accepted, so a chatty
+	// process can always be ended.
 	MaxEvents = 10_000
 )
 
@@ -137,10 +137,12 @@ type Input struct {
 	Tool string          `json:"tool,omitempty"`
 	Args json.RawMessage `json:"args,omitempty"`
 	// SessionTurn: the child session, the task it is given, the tools it
-	// may use (nil: all), and its depth below the top-level session.
+	// may use (nil: all; empty: none but the process tools), and its depth
+	// below the top-level session. omitzero keeps an empty list apart from
+	// none.
 	Session      string   `json:"session,omitempty"`
 	Instructions string   `json:"instructions,omitempty"`
-	Tools        []string `json:"tools,omitempty"`
+	Tools        []string `json:"tools,omitzero"`
 	Depth        int      `json:"depth,omitempty"`
 	// External: the owner's reference to the work.
 	ExternalRef string `json:"external_ref,omitempty"`
@@ -352,6 +354,8 @@ const (
 	// ReconciledRequest: recovery, on an abandon request, after the
 	// runner's lease lapsed.
 	ReconciledRequest AbandonWriter = "reconciled_request"
+	// GaveUp: recovery, after MaxAttempts attempts began and none ended.
+	GaveUp AbandonWriter = "gave_up"
 )
 
 // Abandonment is the data of an abandoned event: the outcome is unknown,

@@ -176,8 +176,9 @@ func (r *Registry) List(ctx context.Context) (ps []*Process, unreadable map[stri
 // Prune removes the logs of processes that ended before cutoff, and
 // returns their ids. A process that has not ended is never touched; an
 // unreadable log is left for an operator. Each log goes in one purge of
-// its subject, so a prune stopped half way leaves whole processes; then a
-// mark on <prefix>.proc.<pid>.gone tells read models to drop it.
+// its subject, so a prune stopped half way leaves whole processes; a mark
+// on <prefix>.proc.<pid>.gone, written before, tells read models to drop
+// it.
 func (r *Registry) Prune(ctx context.Context, cutoff time.Time) ([]string, error) {
 	ps, _, err := r.List(ctx)
 	if err != nil {
@@ -192,10 +193,10 @@ func (r *Registry) Prune(ctx context.Context, cutoff time.Time) ([]string, error
 		if err != nil {
 			return pruned, err
 		}
-		if err := r.s.Purge(ctx, subj); err != nil {
-			return pruned, fmt.Errorf("process %s: prune: %w", clip(p.ID), err)
-		}
-		// Read models learn of the purge from a mark: a purge is no message.
+		// The mark first: read models drop the process on it, and a fresh
+		// fold does too, whether the purge after it happens now or at the
+		// next prune. Its msg id names this registration, so a later one
+		// under the same id gets a mark of its own.
 		gone, err := r.s.Subjects().ProcessGone(p.ID)
 		if err != nil {
 			return pruned, err
@@ -203,9 +204,13 @@ func (r *Registry) Prune(ctx context.Context, cutoff time.Time) ([]string, error
 		mark := jsonData(struct {
 			Pruned time.Time `json:"pruned"`
 			Ended  time.Time `json:"ended"`
-		}{r.now().UTC(), p.End.At})
-		if _, _, err := r.s.Publish(ctx, streams.Publication{Subject: gone, Data: mark, MsgID: "proc-gone:" + gone}); err != nil {
+			Hash   string    `json:"hash"`
+		}{r.now().UTC(), p.End.At, p.Hash})
+		if _, _, err := r.s.Publish(ctx, streams.Publication{Subject: gone, Data: mark, MsgID: "proc-gone:" + gone + ":" + p.Hash}); err != nil {
 			return pruned, fmt.Errorf("process %s: prune mark: %w", clip(p.ID), err)
+		}
+		if err := r.s.Purge(ctx, subj); err != nil {
+			return pruned, fmt.Errorf("process %s: prune: %w", clip(p.ID), err)
 		}
 		pruned = append(pruned, p.ID)
 	}
@@ -268,7 +273,9 @@ func (r *Registry) appendWith(ctx context.Context, id string, p *Process, build 
 		if err != nil {
 			return nil, false, err
 		}
-		msgID := fmt.Sprintf("proc:%s:%d:%.16s", subj, e.N, e.content())
+		// The registration's hash in the id keeps a write apart from one
+		// at the same place of an earlier, pruned process of the same id.
+		msgID := fmt.Sprintf("proc:%s:%.12s:%d:%.16s", subj, p.Hash, e.N, e.content())
 		seq, _, err := r.s.Append(ctx, streams.Publication{Subject: subj, Data: body, MsgID: msgID}, p.Head)
 		if err == nil {
 			e.Seq = seq

@@ -21,6 +21,19 @@ type Executor interface {
 	Execute(ctx context.Context, run *Run) (json.RawMessage, error)
 }
 
+// MaxAttempts bounds the attempts at a process: one that began that many
+// and never ended is marked abandoned (writer gave_up) instead of run
+// again.
+const MaxAttempts = 8
+
+// ErrRetryable marks an executor's error as a failure of the moment (a
+// stream read, the network), not of the work: the attempt is handed back
+// for another, within MaxAttempts.
+var ErrRetryable = errors.New("processes: retryable")
+
+// Retryable marks err as ErrRetryable.
+func Retryable(err error) error { return fmt.Errorf("%w: %w", ErrRetryable, err) }
+
 // ExecError is a failure with a code for the failed event.
 type ExecError struct {
 	Code    string
@@ -332,6 +345,12 @@ func (w *Worker) attempt(ctx context.Context, p *Process, f Facts) error {
 		_, _, err = w.cfg.Registry.Abandon(wctx, pid, l, Abandonment{Writer: ReconciledRequest, Owner: owner, Evidence: why})
 		return err
 	}
+	if p.Attempts() >= MaxAttempts {
+		o := p.LastStart.Owner
+		_, _, err = w.cfg.Registry.Abandon(wctx, pid, l, Abandonment{Writer: GaveUp, Owner: &o,
+			Evidence: fmt.Sprintf("%d attempts began and none ended", p.Attempts())})
+		return err
+	}
 	run, err := w.cfg.Registry.startOn(ctx, p, l)
 	if err != nil {
 		return err
@@ -359,11 +378,15 @@ func (w *Worker) attempt(ctx context.Context, p *Process, f Facts) error {
 		return nil
 	case err == nil:
 		// Done, whatever came meanwhile: the work's outcome stands.
-		if len(res) > MaxDataBytes {
-			_, err = run.Fail(wctx, Failure{Code: "result_too_large", Message: fmt.Sprintf("a result of %d bytes, at most %d", len(res), MaxDataBytes)})
-		} else {
-			_, err = run.Complete(wctx, res)
-		}
+		err = w.settle(wctx, l, func() error {
+			var err error
+			if len(res) > MaxDataBytes {
+				_, err = run.Fail(wctx, Failure{Code: "result_too_large", Message: fmt.Sprintf("a result of %d bytes, at most %d", len(res), MaxDataBytes)})
+			} else {
+				_, err = run.Complete(wctx, res)
+			}
+			return err
+		})
 	case errors.Is(cause, errCancelRequested):
 		if err := run.Refresh(wctx); err != nil {
 			return err
@@ -383,17 +406,47 @@ func (w *Worker) attempt(ctx context.Context, p *Process, f Facts) error {
 			_, err = run.Drained(wctx)
 		}
 		return err
+	case errors.Is(err, ErrRetryable) && run.Attempt() < MaxAttempts:
+		w.cfg.Logger.Warn("process attempt failed for now; it runs again", "process", pid, "attempt", run.Attempt(), "err", err)
+		return nil // the lease goes back; the next sweep begins the next attempt
 	default:
 		var xe *ExecError
 		if !errors.As(err, &xe) {
 			xe = &ExecError{Code: "error", Message: err.Error()}
 		}
-		_, err = run.Fail(wctx, Failure{Code: xe.Code, Message: xe.Message})
+		err = w.settle(wctx, l, func() error { _, err := run.Fail(wctx, Failure{Code: xe.Code, Message: xe.Message}); return err })
 	}
 	if errors.Is(err, ErrTerminal) {
 		return nil // ended by another writer first (an abandon, say)
 	}
 	return err
+}
+
+// settle makes an outcome write, trying again a few times after failures
+// of the moment while the lease lasts: an outcome lost to a blip would
+// leave started owner-bound work open until its node restarts.
+func (w *Worker) settle(ctx context.Context, l *leases.Lease, write func() error) error {
+	var err error
+	for try := range 5 {
+		if err = write(); err == nil || permanent(err) || !l.Valid(time.Now()) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(100<<try) * time.Millisecond):
+		}
+	}
+	return err
+}
+
+func permanent(err error) bool {
+	for _, e := range []error{ErrTerminal, ErrFenced, ErrInvalid, ErrRefused, ErrConflict, ErrCorrupt, ErrUnknown, leases.ErrLost} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // renew keeps l alive while ctx lasts; losing it ends the attempt.

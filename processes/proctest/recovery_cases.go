@@ -275,3 +275,30 @@ func testRecoveryVerdicts(t *testing.T, env conformance.Env) {
 		}
 	}
 }
+
+// testGivesUp: a rerunnable process whose attempts all began and none
+// ended (a node that dies running it, again and again) is marked abandoned
+// after MaxAttempts, not run for ever.
+func testGivesUp(t *testing.T, env conformance.Env) {
+	ctx := testCtx(t)
+	d := conformance.Open(t, env)
+	r := processes.New(d.Client(), "client")
+	register(t, ctx, r, "crashy", tool(`{}`))
+	m := holder(t, ctx, d.Client(), "node-a")
+	for range processes.MaxAttempts {
+		l := claim(t, ctx, m, "crashy", longTTL)
+		if _, err := r.Start(ctx, "crashy", l); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Release(ctx, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	x := &executor{fn: func(context.Context, *processes.Run) (json.RawMessage, error) { return json.RawMessage(`"ran"`), nil }}
+	worker(t, d.Reopen(t), "sweeper", x)
+	p := await(t, r, "crashy")
+	var a processes.Abandonment
+	if p.Status() != processes.Abandoned || json.Unmarshal(p.End.Data, &a) != nil || a.Writer != processes.GaveUp || x.runs("crashy") != 0 {
+		t.Fatalf("after %d attempts: %s %s, executed %d times; want abandoned by gave_up, not run", processes.MaxAttempts, p.Status(), p.End.Data, x.runs("crashy"))
+	}
+}

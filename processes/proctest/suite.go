@@ -49,6 +49,7 @@ var subtests = []struct {
 	{"worker/cancel", testWorkerCancel},
 	{"worker/drain", testDrain},
 	{"recovery/verdicts", testRecoveryVerdicts},
+	{"recovery/gives-up", testGivesUp},
 }
 
 // Run runs the suite against env.

@@ -243,9 +243,20 @@ func ProcessTools(ps Processes, has func(tool string) bool, list Lister) []tools
 				WakeTarget:  k.Session,
 				Label:       a.Name,
 			}
-			if _, _, err := ps.Register(ctx, id, reg); errors.Is(err, processes.ErrConflict) {
-				return "", fmt.Errorf("a sub-agent named %q was started on another task", a.Name)
-			} else if err != nil {
+			_, _, err = ps.Register(ctx, id, reg)
+			if errors.Is(err, processes.ErrConflict) {
+				// Started under this name by an earlier call: the same task
+				// with the same tools is the same sub-agent.
+				p, gerr := ps.Get(ctx, id)
+				if gerr != nil {
+					return "", gerr
+				}
+				if in := p.Registration.Input; in.Instructions != a.Task || !slices.Equal(in.Tools, a.Tools) || (in.Tools == nil) != (a.Tools == nil) {
+					return "", fmt.Errorf("a sub-agent named %q was started on another task or with other tools", a.Name)
+				}
+				return fmt.Sprintf(`{"process":%q,"status":%q}`, id, p.Status()), nil
+			}
+			if err != nil {
 				return "", err
 			}
 			return fmt.Sprintf(`{"process":%q,"status":"started"}`, id), nil
