@@ -21,7 +21,8 @@
 // stamps by turn id, its turns in order with the settings fingerprint each
 // ran under, its transcript, and the idempotency keys of the inputs it
 // consumed, and an index of the sessions holding suspended calls
-// (SuspendedSessions). Session snapshots (p.sess.<s>.snap) are passed over.
+// (SuspendedSessions). Session snapshots (p.sess.<s>.snap) are passed over;
+// a deletion mark (p.sess.<s>.gone) drops everything of the session.
 // Bodies kept in the object store are read through WithBodies;
 // one that can never be read (lost, corrupt) is set aside, while any other
 // failure stops the fold, which its runner starts again. Inputs a node

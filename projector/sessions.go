@@ -153,6 +153,11 @@ func (f *Sessions) Prepare(m *streams.Msg) any {
 		p.kind = kind
 		return &p
 	}
+	if ok && ok2 && kind == "gone" {
+		// The session was deleted: its subjects were purged after this.
+		p.tok, p.kind = tok, kind
+		return &p
+	}
 	if !ok || !ok2 || (kind != "ev" && kind != "in") {
 		p.err = fmt.Errorf("%w: subject %s is not a session subject", ErrPoison, m.Subject)
 		return &p
@@ -232,6 +237,9 @@ func (f *Sessions) ApplyPrepared(tx *Txn, m *streams.Msg, prep any) error {
 	}
 	if p.kind == "snap" {
 		return nil
+	}
+	if p.kind == "gone" {
+		return forget(tx, p.tok)
 	}
 	head, err := readHead(tx, p.tok)
 	if errors.Is(err, ErrNotFound) {
@@ -576,10 +584,24 @@ func (f *Sessions) commit(tx *Txn, tok string, head *SessionHead, seq uint64, e 
 	return f.inputs(tx, tok, body.Inputs)
 }
 
+// forget drops everything the fold holds of a deleted session.
+func forget(tx *Txn, tok string) error {
+	for _, family := range []string{"i", "k", "o", "t"} {
+		if err := tx.DeletePrefix(key([]byte(family), []byte(tok), nil)); err != nil {
+			return err
+		}
+	}
+	tx.SetMemo(tok, (*SessionHead)(nil)) // Flush deletes its head and index entry
+	return nil
+}
+
 // readHead reads a head through the run's memo: after its first read a
 // head stays in memory, and Flush writes each changed head once a batch.
 func readHead(tx *Txn, tok string) (*SessionHead, error) {
 	if h, ok := tx.Memo(tok); ok {
+		if h.(*SessionHead) == nil {
+			return nil, ErrNotFound // deleted
+		}
 		return h.(*SessionHead), nil
 	}
 	v, err := tx.Get(key([]byte("h"), []byte(tok)))
@@ -607,6 +629,12 @@ func writeHead(tx *Txn, tok string, h *SessionHead) error {
 func (f *Sessions) Flush(tx *Txn) error {
 	return tx.Changed(func(tok string, h any) error {
 		head := h.(*SessionHead)
+		if head == nil {
+			if err := tx.Delete(key([]byte("h"), []byte(tok))); err != nil {
+				return err
+			}
+			return tx.Delete(key([]byte("w"), []byte(tok)))
+		}
 		v, err := msgpack.Marshal(head)
 		if err != nil {
 			return err

@@ -59,6 +59,14 @@ func (t *Txn) scoped(key []byte) []byte {
 	return t.kbuf
 }
 
+// DeletePrefix deletes every key of the fold under prefix, those written
+// earlier in this Txn included.
+func (t *Txn) DeletePrefix(prefix []byte) error {
+	full := t.scoped(prefix)
+	start := append([]byte(nil), full...)
+	return t.b.DeleteRange(start, prefixEnd(start), nil)
+}
+
 // Scan calls fn for every key with the prefix as earlier batches left them,
 // from the first at or above prefix+from, in order, with the prefix removed.
 func (t *Txn) Scan(prefix, from []byte, fn func(key, value []byte) error) error {

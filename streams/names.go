@@ -136,6 +136,25 @@ func (s Subjects) SessionSnapshots(session string) (string, error) {
 	return s.prefix + ".sess." + t[0] + ".snap", nil
 }
 
+// SessionGone marks a deleted session, for read models that folded it: a
+// purge leaves no message of its own.
+func (s Subjects) SessionGone(session string) (string, error) {
+	t, err := mustTokens(session)
+	if err != nil {
+		return "", err
+	}
+	return s.prefix + ".sess." + t[0] + ".gone", nil
+}
+
+// SessionEffects matches the whole journal of one session.
+func (s Subjects) SessionEffects(session string) (string, error) {
+	t, err := mustTokens(session)
+	if err != nil {
+		return "", err
+	}
+	return s.prefix + ".fx." + t[0] + ".>", nil
+}
+
 // SessionOf returns the session id of a session subject.
 func (s Subjects) SessionOf(subject string) (string, error) {
 	rest, ok := strings.CutPrefix(subject, s.prefix+".sess.")

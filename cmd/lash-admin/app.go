@@ -46,7 +46,7 @@ type command struct {
 
 // commands lists the commands in the order help shows them.
 func commands() []*command {
-	return []*command{sessionsLsCmd, sessionsShowCmd, transcriptCmd, turnsCmd, settingsCmd, effectsCmd,
+	return []*command{sessionsLsCmd, sessionsShowCmd, sessionsDeleteCmd, transcriptCmd, turnsCmd, settingsCmd, effectsCmd,
 		processesLsCmd, processesShowCmd, processesEventsCmd, processesCancelCmd, processesAbandonCmd,
 		processesGrantCmd, processesRevokeCmd, processesPruneCmd,
 		leasesLsCmd, nodesLsCmd, streamsCmd, quarantineLsCmd,

@@ -90,7 +90,7 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{nil, "no command"},
 		{[]string{"nope"}, `unknown command "nope"`},
-		{[]string{"sessions"}, "sessions: give a subcommand: ls or show (see lash-admin sessions -h)"},
+		{[]string{"sessions"}, "sessions: give a subcommand: ls or show or delete (see lash-admin sessions -h)"},
 		{[]string{"quarantine", "rm"}, `quarantine: unknown subcommand "rm"; give ls`},
 		{[]string{"--key", "k", "send", "s", "t"}, "unknown flag --key before the command"},
 		{[]string{"sessions", "ls", "extra"}, `sessions ls takes no arguments, got "extra"`},
