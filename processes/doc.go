@@ -26,16 +26,19 @@
 //     and its owner reports its end with the ByExternalOwner authority;
 //   - grants (granted, revoked) name the sessions that may address the
 //     process; they are the only events that may follow the terminal;
-//   - abandoned names its writer and evidence: the owner's node draining
-//     or recovery on proof of death (both under the lease), or recovery
-//     honouring an abandon request.
+//   - abandoned names its writer and evidence: the owner's node draining,
+//     recovery on proof of death or after MaxAttempts attempts that never
+//     ended (all under the lease), or recovery honouring an abandon
+//     request.
 //
 // Running and recovering processes is the Worker's (ADR 0021): it follows
 // the stream, and for each process not ended applies the pure rule of its
 // disposition (Recover): run it (rerunnable, or owner-bound not started),
 // never run it (externally owned), and end started owner-bound work only
 // on proof of its runner's death or an operator's request after the
-// runner's lease lapsed. Elapsed time alone never ends anything.
+// runner's lease lapsed. Elapsed time alone never ends anything. An
+// executor's error marked Retryable hands the attempt back; at most
+// MaxAttempts attempts begin.
 //
 // Waiting for a process (Await) reads its log through a consumer that
 // goes on delivering events as they are stored: no polling, and no
