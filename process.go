@@ -74,6 +74,9 @@ func (n *Node) RunProcesses(ctx context.Context) error {
 	}()
 	w := processes.NewWorker(processes.WorkerConfig{Registry: n.procs, Leases: n.leases, Store: n.client,
 		Executor: processExecutor{n}, TTL: n.opts.leaseTTL, Concurrency: n.opts.concurrency, Logger: n.opts.logger,
+		// A sub-agent's attempt follows its session, whose turns the
+		// dispatch runs: it waits, and may wait long.
+		Waits: func(p *processes.Process) bool { return p.Registration.Input.Kind == processes.SessionTurn },
 		OnEnd: func(p *processes.Process, live bool) {
 			select {
 			case ends <- end{p, live}:

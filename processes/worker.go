@@ -52,6 +52,13 @@ type WorkerConfig struct {
 	TTL time.Duration
 	// Concurrency bounds the attempts running at once. Default 16.
 	Concurrency int
+	// Waits says which processes' attempts mostly wait for work done
+	// elsewhere (a sub-agent's turns run by the nodes' dispatch): they take
+	// a slot of WaitConcurrency instead, so a few that wait long (for an
+	// approval, say) do not hold up the rest. nil: none.
+	Waits func(p *Process) bool
+	// WaitConcurrency bounds the waiting attempts. Default 256.
+	WaitConcurrency int
 	// Sweep is how often every process not ended is looked at again, for
 	// runners that vanished. Default TTL.
 	Sweep  time.Duration
@@ -81,6 +88,7 @@ type Worker struct {
 	caughtC chan struct{} // closed then
 	kick    chan string
 	sem     chan struct{}
+	waitSem chan struct{}
 	wg      sync.WaitGroup
 }
 
@@ -103,6 +111,9 @@ func NewWorker(cfg WorkerConfig) *Worker {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 16
 	}
+	if cfg.WaitConcurrency <= 0 {
+		cfg.WaitConcurrency = 256
+	}
 	if cfg.Sweep == 0 {
 		cfg.Sweep = cfg.TTL
 	}
@@ -110,7 +121,8 @@ func NewWorker(cfg WorkerConfig) *Worker {
 		cfg.Logger = slog.Default()
 	}
 	return &Worker{cfg: cfg, subj: cfg.Store.Subjects(), open: map[string]*Process{}, running: map[string]context.CancelCauseFunc{},
-		caughtC: make(chan struct{}), kick: make(chan string, 1024), sem: make(chan struct{}, cfg.Concurrency)}
+		caughtC: make(chan struct{}), kick: make(chan string, 1024), sem: make(chan struct{}, cfg.Concurrency),
+		waitSem: make(chan struct{}, cfg.WaitConcurrency)}
 }
 
 // Run works until ctx ends. Attempts running then are stopped: owner-bound
@@ -272,8 +284,12 @@ func (w *Worker) consider(ctx context.Context, pid string) {
 		}
 		return
 	}
+	sem := w.sem
+	if w.cfg.Waits != nil && w.cfg.Waits(snap) {
+		sem = w.waitSem
+	}
 	select {
-	case w.sem <- struct{}{}:
+	case sem <- struct{}{}:
 	default:
 		return // every slot is taken: the sweep comes back to it
 	}
@@ -287,7 +303,7 @@ func (w *Worker) consider(ctx context.Context, pid string) {
 			w.mu.Lock()
 			delete(w.running, pid)
 			w.mu.Unlock()
-			<-w.sem
+			<-sem
 		}()
 		if err := w.attempt(actx, snap, f); err != nil && ctx.Err() == nil {
 			w.cfg.Logger.Warn("process attempt", "process", pid, "action", action, "err", err)

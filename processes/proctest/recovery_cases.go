@@ -302,3 +302,47 @@ func testGivesUp(t *testing.T, env conformance.Env) {
 		t.Fatalf("after %d attempts: %s %s, executed %d times; want abandoned by gave_up, not run", processes.MaxAttempts, p.Status(), p.End.Data, x.runs("crashy"))
 	}
 }
+
+// testWaitersApart: attempts that wait (Waits) take slots of their own, so
+// a tool process runs while more waiters than ordinary slots are blocked.
+func testWaitersApart(t *testing.T, env conformance.Env) {
+	ctx := testCtx(t)
+	d := conformance.Open(t, env)
+	r := processes.New(d.Client(), "client")
+	release := make(chan struct{})
+	defer close(release)
+	x := &executor{fn: func(ctx context.Context, run *processes.Run) (json.RawMessage, error) {
+		if run.Registration().Label == "waits" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return json.RawMessage(`"done"`), nil
+	}}
+	c := d.Reopen(t)
+	wctx, cancel := context.WithCancel(context.Background())
+	w := processes.NewWorker(processes.WorkerConfig{Registry: processes.New(c, "worker"), Leases: holder(t, ctx, c, "worker"), Store: c, Executor: x,
+		TTL: 5 * time.Second, Sweep: 200 * time.Millisecond, Concurrency: 1, WaitConcurrency: 8,
+		Waits: func(p *processes.Process) bool { return p.Registration.Label == "waits" }})
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	defer func() { cancel(); <-done }()
+	for i := range 3 {
+		reg := tool(fmt.Sprintf(`{"n":%d}`, i))
+		reg.Label = "waits"
+		register(t, ctx, r, fmt.Sprint("waiter-", i), reg)
+	}
+	testenv.WaitFor(t, 15*time.Second, func() error {
+		for i := range 3 {
+			if x.runs(fmt.Sprint("waiter-", i)) != 1 {
+				return fmt.Errorf("waiter-%d is not running yet", i)
+			}
+		}
+		return nil
+	})
+	register(t, ctx, r, "tool", tool(`{"n":"tool"}`))
+	if p := await(t, r, "tool"); p.Status() != processes.Completed {
+		t.Fatalf("the tool process with three waiters running: %s", p.Status())
+	}
+}

@@ -50,6 +50,7 @@ var subtests = []struct {
 	{"worker/drain", testDrain},
 	{"recovery/verdicts", testRecoveryVerdicts},
 	{"recovery/gives-up", testGivesUp},
+	{"worker/waiters-apart", testWaitersApart},
 }
 
 // Run runs the suite against env.
