@@ -28,6 +28,9 @@ type Process struct {
 	Registration Registration
 	Hash         string
 	Registered   time.Time
+	// Origin is the stream sequence of the registration: it tells this
+	// process from an earlier one of the same id that was pruned.
+	Origin uint64
 	// Events is the number of the last event; Head its stream sequence,
 	// which the next append expects.
 	Events uint64
@@ -156,7 +159,7 @@ func (p *Process) apply(e Event) error {
 		if err := json.Unmarshal(e.Data, &p.Registration); err != nil {
 			return corrupt("registration: %v", err)
 		}
-		p.Hash, p.Registered = e.Hash, e.At
+		p.Hash, p.Registered, p.Origin = e.Hash, e.At, e.Seq
 		for _, s := range []string{p.Registration.Provenance.Session, p.Registration.WakeTarget} {
 			if s != "" && !p.Granted(s) {
 				p.Grants = append(p.Grants, s)

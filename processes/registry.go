@@ -9,6 +9,7 @@ import (
 
 	"github.com/lash-run/lash/leases"
 	"github.com/lash-run/lash/streams"
+	"github.com/oklog/ulid/v2"
 )
 
 // Store is what the registry needs from the stream layer.
@@ -79,7 +80,11 @@ func (r *Registry) Register(ctx context.Context, id string, reg Registration) (p
 	if err != nil {
 		return nil, false, err
 	}
-	_, dup, err := r.s.Append(ctx, streams.Publication{Subject: subj, Data: body, MsgID: "proc:" + subj + ":1:" + hash}, 0)
+	// The compare-and-set at 0 and the hash make registration idempotent;
+	// the msg id only lets this call's own retry after a lost ack land as
+	// a duplicate, so it is fresh each call: a process registered again
+	// after its id was pruned must not be taken for the earlier one.
+	_, dup, err := r.s.Append(ctx, streams.Publication{Subject: subj, Data: body, MsgID: "proc:" + subj + ":1:" + ulid.Make().String()}, 0)
 	created = err == nil && !dup
 	if err != nil && !errors.Is(err, streams.ErrConflict) {
 		return nil, false, fmt.Errorf("process %s: register: %w", clip(id), err)
@@ -206,7 +211,7 @@ func (r *Registry) Prune(ctx context.Context, cutoff time.Time) ([]string, error
 			Ended  time.Time `json:"ended"`
 			Hash   string    `json:"hash"`
 		}{r.now().UTC(), p.End.At, p.Hash})
-		if _, _, err := r.s.Publish(ctx, streams.Publication{Subject: gone, Data: mark, MsgID: "proc-gone:" + gone + ":" + p.Hash}); err != nil {
+		if _, _, err := r.s.Publish(ctx, streams.Publication{Subject: gone, Data: mark, MsgID: fmt.Sprintf("proc-gone:%s:%d", gone, p.Origin)}); err != nil {
 			return pruned, fmt.Errorf("process %s: prune mark: %w", clip(p.ID), err)
 		}
 		if err := r.s.Purge(ctx, subj); err != nil {
@@ -273,9 +278,9 @@ func (r *Registry) appendWith(ctx context.Context, id string, p *Process, build 
 		if err != nil {
 			return nil, false, err
 		}
-		// The registration's hash in the id keeps a write apart from one
-		// at the same place of an earlier, pruned process of the same id.
-		msgID := fmt.Sprintf("proc:%s:%.12s:%d:%.16s", subj, p.Hash, e.N, e.content())
+		// The registration's sequence in the id keeps a write apart from
+		// one at the same place of an earlier, pruned process of the id.
+		msgID := fmt.Sprintf("proc:%s:%d:%d:%.16s", subj, p.Origin, e.N, e.content())
 		seq, _, err := r.s.Append(ctx, streams.Publication{Subject: subj, Data: body, MsgID: msgID}, p.Head)
 		if err == nil {
 			e.Seq = seq

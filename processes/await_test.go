@@ -1,0 +1,65 @@
+package processes
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/lash-run/lash/streams"
+	"github.com/lash-run/lash/testenv"
+)
+
+// pruneBeforeTail prunes everything ended between Await's head read and
+// its tail: a race a real server gives only by chance.
+type pruneBeforeTail struct {
+	*streams.Client
+	r *Registry
+}
+
+func (s pruneBeforeTail) Tail(ctx context.Context, st streams.Stream, filters []string, from uint64, fn func(*streams.Msg, uint64) error) error {
+	if _, err := s.r.Prune(ctx, time.Now().Add(time.Hour)); err != nil {
+		return err
+	}
+	return s.Client.Tail(ctx, st, filters, from, fn)
+}
+
+// An await that starts on an ended process pruned before its events are
+// read ends as unknown instead of waiting for ever.
+func TestAwaitOfPrunedProcess(t *testing.T) {
+	srv := testenv.RunJetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := streams.Open(ctx, srv.Conn(t), streams.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := New(c, "node")
+	reg := Registration{Input: Input{Kind: External, ExternalRef: "job"}, Disposition: ExternallyOwned, Provenance: Provenance{Host: "h"}}
+	// An earlier process of the same id, pruned: its mark must not end
+	// the await of the next one.
+	for range 2 {
+		if _, _, err := r.Register(ctx, "job", reg); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := r.Finish(ctx, "job", TypeCompleted, "done", ByExternalOwner); err != nil {
+			t.Fatal(err)
+		}
+		if p, err := r.Await(ctx, "job"); err != nil || p.Status() != Completed {
+			t.Fatalf("await of an ended process: %+v, %v", p, err)
+		}
+		if _, err := r.Prune(ctx, time.Now().Add(time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := r.Register(ctx, "job", reg); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.Finish(ctx, "job", TypeFailed, Failure{Code: "x"}, ByExternalOwner); err != nil {
+		t.Fatal(err)
+	}
+	racy := New(pruneBeforeTail{Client: c, r: r}, "watcher")
+	if _, err := racy.Await(ctx, "job"); !errors.Is(err, ErrUnknown) {
+		t.Fatalf("await of a process pruned under it: %v, want ErrUnknown", err)
+	}
+}
