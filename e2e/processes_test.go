@@ -20,6 +20,31 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
+type transcriptMessage struct {
+	Role string `json:"role"`
+	Text string `json:"text"`
+}
+
+// waitAnswer waits until the session's transcript ends with the model's
+// answer text, and returns the transcript.
+func (d *deployment) waitAnswer(session, text string) []transcriptMessage {
+	d.t.Helper()
+	var tr struct {
+		Messages []transcriptMessage `json:"messages"`
+	}
+	testenv.WaitFor(d.t, 60*time.Second, func() error {
+		tr.Messages = nil
+		if err := d.tryAdmin(&tr, "transcript", session); err != nil {
+			return err
+		}
+		if n := len(tr.Messages); n == 0 || tr.Messages[n-1].Text != text {
+			return fmt.Errorf("%s has no answer %q yet: %+v", session, text, tr.Messages)
+		}
+		return nil
+	})
+	return tr.Messages
+}
+
 type processEvents struct {
 	Events []struct {
 		N     uint64          `json:"n"`
@@ -154,22 +179,7 @@ func TestSubAgentSurvivesKill(t *testing.T) {
 	first.kill()
 
 	d.startNode("node-b", model...)
-	var tr struct {
-		Messages []struct {
-			Role string `json:"role"`
-			Text string `json:"text"`
-		} `json:"messages"`
-	}
-	testenv.WaitFor(t, 60*time.Second, func() error {
-		tr.Messages = nil
-		if err := d.tryAdmin(&tr, "transcript", "lead"); err != nil {
-			return err
-		}
-		if n := len(tr.Messages); n == 0 || tr.Messages[n-1].Text != "the helper counted" {
-			return fmt.Errorf("the lead has not heard from its helper: %+v", tr.Messages)
-		}
-		return nil
-	})
+	d.waitAnswer("lead", "the helper counted")
 	if got := models.Requests(); got != 5 {
 		t.Fatalf("%d model requests in all, want 5: one per model call, none repeated", got)
 	}
@@ -215,24 +225,8 @@ func TestBackgroundToolWakesSession(t *testing.T) {
 	d.toolServer()
 	d.node("node-a", backgroundScript)
 	d.send("s1", "k1", []byte(`{"text":"append in the background"}`))
-	var tr struct {
-		Messages []struct {
-			Role string `json:"role"`
-			Text string `json:"text"`
-		} `json:"messages"`
-	}
-	testenv.WaitFor(t, 60*time.Second, func() error {
-		tr.Messages = nil
-		if err := d.tryAdmin(&tr, "transcript", "s1"); err != nil {
-			return err
-		}
-		if n := len(tr.Messages); n == 0 || tr.Messages[n-1].Text != "it is done" {
-			return fmt.Errorf("not told yet: %+v", tr.Messages)
-		}
-		return nil
-	})
 	var told string
-	for _, m := range tr.Messages {
+	for _, m := range d.waitAnswer("s1", "it is done") {
 		if m.Role == "user" && strings.HasPrefix(m.Text, "[process") {
 			told = m.Text
 		}
