@@ -17,6 +17,7 @@ import (
 	"github.com/lash-run/lash/sessionlog"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/tools"
+	"github.com/lash-run/lash/triggers"
 	"github.com/lash-run/lash/turn"
 	"github.com/nats-io/nats.go"
 )
@@ -54,6 +55,8 @@ type options struct {
 	// turnAttempts and settingsLabel: WithTurnAttempts, WithSettingsLabel.
 	turnAttempts  int
 	settingsLabel string
+	// router adjusts the trigger router's settings (tests).
+	router func(*triggers.RouterConfig)
 }
 
 // WithConn uses an existing NATS connection.
@@ -113,6 +116,8 @@ type Node struct {
 	procProj *projector.Projector
 	blobs    *blobs.Store
 	procs    *processes.Registry
+	trigs    *triggers.Triggers
+	router   *triggers.Router
 	// agents caches the registrations of sub-agents' sessions.
 	agentsMu sync.Mutex
 	agents   map[string]*processes.Process
@@ -217,6 +222,12 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 	n.journal = effectlog.New(c, effectlog.WithRecorder(n.runName), effectlog.WithBlobs(n.blobs), effectlog.WithSettings(fp))
 	n.leases = leases.New(c, n.owner)
 	n.procs = processes.New(c, o.nodeID)
+	n.trigs = triggers.New(c, o.nodeID)
+	rc := triggers.RouterConfig{Triggers: n.trigs, Registry: n.procs, Store: c, Logger: o.logger}
+	if o.router != nil {
+		o.router(&rc)
+	}
+	n.router = triggers.NewRouter(rc)
 	n.runner = tools.NewRunner(o.tools, tools.WithDefaultTimeout(o.toolTime), tools.WithLogger(o.logger))
 	if err := n.leases.Beat(ctx, o.leaseTTL); err != nil {
 		n.closeConn()

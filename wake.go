@@ -33,7 +33,9 @@ type parkedCall struct {
 
 // Wake resumes calls parked by the built-in tools (tools/builtin): a sleep
 // once its time has come, a signal wait once a signal arrives on its
-// subject. It appends a decision to the call's session, which Serve then
+// subject. It also delivers each signal to the trigger subscriptions it
+// matches (package triggers): one process per subscription, whose end
+// tells the subscription's wake target. It appends a decision to the call's session, which Serve then
 // runs; decisions carry ids derived from the call, so nodes waking the same
 // call at once change nothing twice. It runs until ctx ends and needs
 // WithProjection: the projection says which calls are parked. Close stops
@@ -49,11 +51,13 @@ func (n *Node) Wake(ctx context.Context) error {
 	defer done()
 	ctx, cancel := context.WithCancel(side)
 	defer cancel()
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- n.wakeSignals(ctx) }()
 	go func() { errc <- n.wakeTimers(ctx) }()
+	go func() { errc <- n.router.Run(ctx) }()
 	err = <-errc
 	cancel()
+	<-errc
 	<-errc
 	if side.Err() != nil {
 		return nil // stopped, not failed
@@ -197,7 +201,7 @@ func (n *Node) signal(ctx context.Context, m *streams.Msg) error {
 			}
 		}
 	}
-	return nil
+	return n.deliver(ctx, m)
 }
 
 // MaxSignalBytes caps one signal's payload.

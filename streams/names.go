@@ -258,3 +258,29 @@ func (s Subjects) Live(session string) (string, error) {
 	}
 	return s.prefix + ".live." + t[0], nil
 }
+
+// SignalRest returns the part of a signal subject after "<prefix>.signal.".
+func (s Subjects) SignalRest(subject string) (string, bool) {
+	rest, ok := strings.CutPrefix(subject, s.prefix+".signal.")
+	return rest, ok && rest != ""
+}
+
+// Trigger subjects, on the TRIGGERS stream: a subscription's states, an
+// operation's receipt, an occurrence, a delivery. Each is named by an id
+// the triggers package derives.
+func (s Subjects) TriggerSubscription(id string) (string, error) { return s.trig("sub", id) }
+func (s Subjects) TriggerReceipt(op string) (string, error)      { return s.trig("op", op) }
+func (s Subjects) TriggerOccurrence(id string) (string, error)   { return s.trig("occ", id) }
+func (s Subjects) TriggerDelivery(id string) (string, error)     { return s.trig("dlv", id) }
+
+func (s Subjects) trig(kind, id string) (string, error) {
+	t, err := mustTokens(id)
+	if err != nil {
+		return "", err
+	}
+	return s.prefix + ".trig." + kind + "." + t[0], nil
+}
+
+// AllTriggers matches every trigger subject of one kind ("sub", "occ",
+// "dlv", "op").
+func (s Subjects) AllTriggers(kind string) string { return s.prefix + ".trig." + kind + ".*" }
