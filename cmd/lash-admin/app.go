@@ -49,6 +49,8 @@ func commands() []*command {
 	return []*command{sessionsLsCmd, sessionsShowCmd, sessionsDeleteCmd, transcriptCmd, turnsCmd, settingsCmd, effectsCmd,
 		processesLsCmd, processesShowCmd, processesEventsCmd, processesCancelCmd, processesAbandonCmd,
 		processesGrantCmd, processesRevokeCmd, processesPruneCmd,
+		triggersLsCmd, triggersShowCmd, triggersRegisterCmd, triggersEnableCmd, triggersDisableCmd, triggersDeleteCmd,
+		triggersReviveCmd, triggersOccurrencesCmd, triggersDeliveriesCmd,
 		leasesLsCmd, nodesLsCmd, streamsCmd, quarantineLsCmd,
 		sendCmd, decideCmd, cancelCmd, signalCmd, rebuildCmd, verifyCmd}
 }
@@ -81,6 +83,8 @@ type app struct {
 	// status, session and reason: the processes commands' flags.
 	status, session, reason string
 	olderThan               time.Duration
+	// trig: the triggers commands' flags.
+	trig triggerFlags
 	// What check prepared: an input to append, a signal to publish, a
 	// turn id.
 	input   lash.Input
