@@ -105,8 +105,8 @@ type Target struct {
 	// Kind is processes.ToolCall or processes.SessionTurn.
 	Kind processes.InputKind `json:"kind"`
 	// ToolCall: the tool, its fixed JSON object of arguments, and the
-	// argument that receives the occurrence (default "event"): {"subject",
-	// "occurrence", "payload"}.
+	// argument that receives the occurrence (default "event"; "-" for
+	// none, for tools whose schema takes no more): an Event.
 	Tool       string          `json:"tool,omitempty"`
 	Args       json.RawMessage `json:"args,omitempty"`
 	PayloadArg string          `json:"payload_arg,omitempty"`

@@ -192,11 +192,14 @@ func delivery(occ *Occurrence, sub *Subscription, by string, now time.Time) (*De
 		if name == "" {
 			name = "event"
 		}
-		b, err := json.Marshal(ev)
-		if err != nil {
-			return nil, err
+		if name != "-" {
+			b, err := json.Marshal(ev)
+			if err != nil {
+				return nil, err
+			}
+			args[name] = b
 		}
-		args[name] = b
+		var err error
 		if in.Args, err = json.Marshal(args); err != nil {
 			return nil, err
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/oklog/ulid/v2"
 	"io"
 	"strings"
 
@@ -63,6 +64,9 @@ func checkSignal(a *app, args []string) error {
 			err = fmt.Errorf("%v (%v)", err, jerr)
 		}
 		return a.usagef("%v", err)
+	}
+	if a.key == "" {
+		a.key = ulid.Make().String()
 	}
 	a.signal = streams.Publication{Subject: subj, Data: data, MsgID: a.key}
 	return nil

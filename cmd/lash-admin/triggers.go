@@ -66,7 +66,7 @@ another key, or delete and revive).`,
 		fs.StringVar(&a.trig.source, "source", "", "the signals to match: `TYPE[.KEY]` below <prefix>.signal. ('*' one token, '>' the rest)")
 		fs.StringVar(&a.trig.tool, "tool", "", "start this `tool` for each signal")
 		fs.StringVar(&a.trig.args, "args", "", "the tool's fixed arguments: a JSON `object`")
-		fs.StringVar(&a.trig.payloadArg, "payload-arg", "", "the tool argument that receives the event (default \"event\")")
+		fs.StringVar(&a.trig.payloadArg, "payload-arg", "", "the tool argument that receives the event (default \"event\"; \"-\": none)")
 		fs.StringVar(&a.trig.agent, "agent", "", "start a sub-agent with these `instructions` for each signal")
 		fs.StringVar(&a.trig.wake, "wake", "", "tell this `session` when each process ends")
 		fs.StringVar(&a.trig.label, "label", "", "a `label` for the processes")
