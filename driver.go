@@ -361,6 +361,11 @@ func (s *Session) runTurn(ctx context.Context, pos sessionlog.Position, st *stat
 	if f != nil {
 		body = failedBody(f, st, t)
 	}
+	if f == nil {
+		if err := s.armWaits(ctx, st.suspended, body.Outcome.Suspended); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.boundary("before-commit"); err != nil {
 		return nil, err
 	}

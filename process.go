@@ -145,9 +145,9 @@ func (n *Node) processEnded(ctx context.Context, p *processes.Process, live bool
 		if _, seen, err := n.proj.InputKey(target, key); err == nil && seen {
 			return // told already (the common case for those read at start)
 		}
-		if calls, err := n.parked(ctx); err == nil {
+		if calls, err := n.parkedOf(ctx, target); err == nil {
 			for _, pc := range calls {
-				if pc.session == target && pc.ticket.Kind == builtin.ProcessTicket && pc.ticket.Process == p.ID {
+				if pc.ticket.Kind == builtin.ProcessTicket && pc.ticket.Process == p.ID {
 					if err := n.wakeOnProcessEnd(ctx, pc, p); err != nil && ctx.Err() == nil {
 						n.opts.logger.Warn("waking a process wait", "session", target, "process", p.ID, "err", err)
 					}

@@ -18,9 +18,6 @@ import (
 // signalConsumer is the durable consumer the nodes share over signals.
 const signalConsumer = "lash-signals"
 
-// WakeInterval is how often a node looks for sleeps that are due.
-const WakeInterval = time.Second
-
 // parkedCall is a call a session holds suspended on a built-in ticket.
 type parkedCall struct {
 	session string
@@ -53,7 +50,7 @@ func (n *Node) Wake(ctx context.Context) error {
 	defer cancel()
 	errc := make(chan error, 3)
 	go func() { errc <- n.wakeSignals(ctx) }()
-	go func() { errc <- n.wakeTimers(ctx) }()
+	go func() { errc <- n.wakeDue(ctx) }()
 	go func() { errc <- n.router.Run(ctx) }()
 	err = <-errc
 	cancel()
@@ -79,49 +76,6 @@ func (n *Node) sideLoop(ctx context.Context) (context.Context, func(), error) {
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(n.halt, cancel)
 	return ctx, func() { stop(); cancel(); n.wakers.Done() }, nil
-}
-
-// wakeTimers sweeps the parked calls every WakeInterval: it wakes sleeps
-// that are due, and signal waits whose signal is there, which covers a
-// signal that came before its wait was committed and whose wake after the
-// commit was lost to a crash.
-func (n *Node) wakeTimers(ctx context.Context) error {
-	t := time.NewTicker(WakeInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		calls, err := n.parked(ctx)
-		if err != nil {
-			if ctx.Err() == nil {
-				n.opts.logger.Warn("looking for parked calls", "err", err)
-			}
-			continue
-		}
-		now := time.Now()
-		for _, pc := range calls {
-			if pc.pending {
-				continue // it runs soon, and its wake may be among those inputs
-			}
-			switch pc.ticket.Kind {
-			case builtin.SleepTicket:
-				if pc.ticket.Until.After(now) {
-					continue
-				}
-				err = n.wake(ctx, pc, "slept until "+pc.ticket.Until.Format(time.RFC3339))
-			case builtin.SignalTicket:
-				err = n.wakeOnLastSignal(ctx, pc)
-			case builtin.ProcessTicket:
-				err = n.wakeOnProcessEnd(ctx, pc, nil)
-			}
-			if err != nil && ctx.Err() == nil {
-				n.opts.logger.Warn("waking a parked call", "session", pc.session, "call", pc.call.ID, "err", err)
-			}
-		}
-	}
 }
 
 // wakeOnLastSignal wakes a signal wait if its subject holds a readable
@@ -190,18 +144,50 @@ func (n *Node) signal(ctx context.Context, m *streams.Msg) error {
 		n.observe(Event{Kind: EventWake, Err: err})
 		return nil
 	}
-	calls, err := n.parked(ctx)
+	if err := n.wakeWaits(ctx, m); err != nil {
+		return err
+	}
+	return n.deliver(ctx, m)
+}
+
+// wakeWaits wakes the calls parked on a signal's subject, found by the
+// index armWaits keeps: waking costs what the waits on that subject do,
+// however many calls are parked. Entries whose call is no longer parked
+// (woken, or its session moved on) are removed.
+func (n *Node) wakeWaits(ctx context.Context, m *streams.Msg) error {
+	subj := n.client.Subjects()
+	prefix := subj.SignalWaitsPrefix(m.Subject)
+	var waits []string
+	err := n.client.Read(ctx, prefix+">", 0, func(w *streams.Msg) error {
+		if string(w.Data) == m.Subject { // the hash's subject, not another with the same prefix
+			waits = append(waits, w.Subject)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	for _, pc := range calls {
-		if pc.ticket.Kind == builtin.SignalTicket && pc.ticket.Subject == m.Subject {
+	for _, w := range waits {
+		session, call, err := subj.SignalWaitOf(w)
+		if err != nil {
+			continue
+		}
+		pc, found, pending, err := n.parkedCall(ctx, session, call)
+		if err != nil {
+			return err
+		}
+		if found && pc.ticket.Kind == builtin.SignalTicket && pc.ticket.Subject == m.Subject {
 			if err := n.wake(ctx, pc, string(m.Data)); err != nil {
 				return err
 			}
+		} else if pending {
+			continue // its turn may not have committed yet: the recheck timer looks again
+		}
+		if err := n.client.Purge(ctx, w); err != nil {
+			return err
 		}
 	}
-	return n.deliver(ctx, m)
+	return nil
 }
 
 // MaxSignalBytes caps one signal's payload.
@@ -221,7 +207,8 @@ func CheckSignal(data []byte) error {
 
 // wakeAfterCommit wakes a signal wait at once when its signal came before
 // the wait was committed (the signal consumer found nothing waiting then).
-// The sweep would find it within WakeInterval; this saves the wait.
+// The wait's recheck timer would find it within recheckAfter; this saves
+// the wait.
 func (s *Session) wakeAfterCommit(ctx context.Context, turnID string, suspended []turn.SuspendedCall) {
 	n := s.n
 	for _, sc := range suspended {
@@ -285,16 +272,11 @@ func wakeID(call string) string {
 	return "wake:" + hex.EncodeToString(sum[:])
 }
 
-// parked lists the calls parked on built-in tickets, as the projection
-// knows them once it has folded everything the stream holds now.
+// parked lists every call parked on a built-in ticket, as the projection
+// knows them once it has folded everything the stream holds now: for
+// operators; waking never lists them all.
 func (n *Node) parked(ctx context.Context) ([]parkedCall, error) {
-	last, err := n.client.LastSeq(ctx, streams.Sessions)
-	if err != nil {
-		return nil, err
-	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if err := n.proj.WaitFor(wctx, last); err != nil {
+	if err := n.projectionCaughtUp(ctx); err != nil {
 		return nil, err
 	}
 	return parkedIn(n.proj)

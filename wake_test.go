@@ -14,6 +14,7 @@ import (
 	"github.com/lash-run/lash/tools"
 	"github.com/lash-run/lash/tools/builtin"
 	"github.com/lash-run/lash/turn"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 const waitScript = `
@@ -306,9 +307,9 @@ func TestParkedCallsSurviveNoise(t *testing.T) {
 		}
 		return nil
 	})
-	// No condition marks "the waker did nothing more": give it a few
-	// sweeps to append another wake if it would, then look.
-	time.Sleep(3 * WakeInterval)
+	// Once every timer armed has fired and been handled, the waker has
+	// nothing more to do.
+	timersSettled(t, n)
 	ts := turnsOf(t, n, "p")
 	if len(ts) != 2 || ts[1].Suspended != 1 {
 		t.Fatalf("turns %+v, want the first and one wake", ts)
@@ -361,4 +362,40 @@ func TestWakeIDBounded(t *testing.T) {
 	if len(a) > streams.MaxIDBytes || a == b {
 		t.Fatalf("wakeID of long ids: %q, %q", a, b)
 	}
+}
+
+// timersSettled waits until every timer due has fired and been handled:
+// no schedule due is left and the nodes' timer consumer has nothing pending.
+func timersSettled(t *testing.T, n *Node) {
+	t.Helper()
+	js, err := jetstream.New(n.Streams().Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, func() error {
+		ctx := context.Background()
+		var unfired []string
+		err := n.Streams().Read(ctx, "lash.timer.at.>", 0, func(m *streams.Msg) error {
+			at, err := time.Parse(time.RFC3339, strings.TrimPrefix(m.Header.Get(jetstream.ScheduleHeader), "@at "))
+			if err != nil || !at.After(time.Now()) {
+				unfired = append(unfired, m.Subject) // due, and still there
+			}
+			return nil
+		})
+		if err != nil || len(unfired) > 0 {
+			return fmt.Errorf("timers due and not fired yet: %v (%v)", unfired, err)
+		}
+		c, err := js.Consumer(ctx, n.Streams().StreamName(streams.Timers), timerConsumer)
+		if err != nil {
+			return err
+		}
+		info, err := c.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.NumPending != 0 || info.NumAckPending != 0 {
+			return fmt.Errorf("timer consumer: %d pending, %d unacknowledged", info.NumPending, info.NumAckPending)
+		}
+		return nil
+	})
 }

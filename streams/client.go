@@ -76,6 +76,8 @@ func (c *Client) streamOf(subject string) (jetstream.Stream, error) {
 			return c.streams[Processes], nil
 		case "signal", "trig":
 			return c.streams[Triggers], nil
+		case "timer":
+			return c.streams[Timers], nil
 		}
 	}
 	if strings.HasPrefix(subject, "$O."+c.cfg.blobBucket()+".") {

@@ -1,7 +1,9 @@
 package streams
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -284,3 +286,67 @@ func (s Subjects) trig(kind, id string) (string, error) {
 // AllTriggers matches every trigger subject of one kind ("sub", "occ",
 // "dlv", "op").
 func (s Subjects) AllTriggers(kind string) string { return s.prefix + ".trig." + kind + ".*" }
+
+// Timer subjects, on the TIMERS stream. A timer is a message schedule on
+// TimerAt, which the server fires once at its time as a message on
+// TimerDue; both name what the timer is for by kind and two ids (a
+// session and a call, or a schedule's name and "_").
+func (s Subjects) TimerAt(kind, a, b string) (string, error)  { return s.timer("at", kind, a, b) }
+func (s Subjects) TimerDue(kind, a, b string) (string, error) { return s.timer("due", kind, a, b) }
+
+func (s Subjects) timer(leaf, kind, a, b string) (string, error) {
+	t, err := mustTokens(kind, a, b)
+	if err != nil {
+		return "", err
+	}
+	return s.prefix + ".timer." + leaf + "." + t[0] + "." + t[1] + "." + t[2], nil
+}
+
+// AllTimersDue matches every fired timer.
+func (s Subjects) AllTimersDue() string { return s.prefix + ".timer.due.>" }
+
+// TimerOf returns the kind and ids a timer subject (at or due) names.
+func (s Subjects) TimerOf(subject string) (kind, a, b string, err error) {
+	rest, ok := strings.CutPrefix(subject, s.prefix+".timer.")
+	toks := strings.Split(rest, ".")
+	if !ok || len(toks) != 4 || toks[0] != "at" && toks[0] != "due" {
+		return "", "", "", fmt.Errorf("%w: %s is not a timer subject", ErrBadID, clip(subject))
+	}
+	var ids [3]string
+	for i, tok := range toks[1:] {
+		if ids[i], err = ParseToken(tok); err != nil {
+			return "", "", "", err
+		}
+	}
+	return ids[0], ids[1], ids[2], nil
+}
+
+// SignalWait indexes a call parked until a signal on signalSubject, by
+// the subject's hash; SignalWaits matches every wait on one subject.
+func (s Subjects) SignalWait(signalSubject, session, call string) (string, error) {
+	t, err := mustTokens(session, call)
+	if err != nil {
+		return "", err
+	}
+	return s.SignalWaitsPrefix(signalSubject) + t[0] + "." + t[1], nil
+}
+
+// SignalWaitsPrefix is the subject prefix of every wait on one signal
+// subject (add ">" to match them).
+func (s Subjects) SignalWaitsPrefix(signalSubject string) string {
+	sum := sha256.Sum256([]byte(signalSubject))
+	return s.prefix + ".timer.wait." + hex.EncodeToString(sum[:16]) + "."
+}
+
+// SignalWaitOf returns the session and call a signal wait subject names.
+func (s Subjects) SignalWaitOf(subject string) (session, call string, err error) {
+	toks := strings.Split(subject, ".")
+	if len(toks) < 2 {
+		return "", "", fmt.Errorf("%w: %s is not a signal wait subject", ErrBadID, clip(subject))
+	}
+	if session, err = ParseToken(toks[len(toks)-2]); err != nil {
+		return "", "", err
+	}
+	call, err = ParseToken(toks[len(toks)-1])
+	return session, call, err
+}

@@ -157,10 +157,14 @@ const (
 	Effects
 	Processes
 	Triggers
+	// Timers holds message schedules (durable timers) and what they fire,
+	// and the index of parked signal waits: nodes alone write there, since
+	// schedules need roll-ups, which a publisher could turn on the stream.
+	Timers
 	numStreams
 )
 
-var streamSuffix = [numStreams]string{"SESSIONS", "EFFECTS", "PROCESSES", "TRIGGERS"}
+var streamSuffix = [numStreams]string{"SESSIONS", "EFFECTS", "PROCESSES", "TRIGGERS", "TIMERS"}
 
 // Names of the deployment's streams and buckets.
 func (c Config) streamName(s Stream) string {
@@ -188,6 +192,7 @@ func (c Config) streamConfig(s Stream) jetstream.StreamConfig {
 		Effects:   {p + ".fx.>"},
 		Processes: {p + ".proc.>"},
 		Triggers:  {p + ".signal.>", p + ".trig.>"},
+		Timers:    {p + ".timer.>"},
 	}[s]
 	var maxAge time.Duration
 	if s == Effects && c.JournalRetention > 0 {
@@ -197,7 +202,7 @@ func (c Config) streamConfig(s Stream) jetstream.StreamConfig {
 	if s == Sessions {
 		maxMsgSize = c.MaxInputBytes
 	}
-	return jetstream.StreamConfig{
+	cfg := jetstream.StreamConfig{
 		Name:       c.streamName(s),
 		MaxAge:     maxAge,
 		Subjects:   subjects,
@@ -213,6 +218,13 @@ func (c Config) streamConfig(s Stream) jetstream.StreamConfig {
 		AllowAtomicPublish: true,
 		Metadata:           c.metadata(),
 	}
+	if s == Timers {
+		// Schedules need roll-ups (the server rolls a schedule's subject
+		// up) and fire messages with a TTL.
+		cfg.AllowAtomicPublish = false
+		cfg.AllowMsgSchedules, cfg.AllowMsgTTL, cfg.AllowRollup = true, true, true
+	}
+	return cfg
 }
 
 // leaseStreamConfig is the lease bucket's stream, laid out as the KV API
@@ -332,6 +344,7 @@ func compareStream(want, got jetstream.StreamConfig) error {
 		{"atomic publish", want.AllowAtomicPublish, got.AllowAtomicPublish},
 		{"direct get", want.AllowDirect, got.AllowDirect},
 		{"message TTL", want.AllowMsgTTL, got.AllowMsgTTL},
+		{"message schedules", want.AllowMsgSchedules, got.AllowMsgSchedules},
 		{"limit marker TTL", want.SubjectDeleteMarkerTTL, got.SubjectDeleteMarkerTTL},
 		{"duplicate window", want.Duplicates, got.Duplicates},
 		{"max message size", limit(int64(want.MaxMsgSize)), limit(int64(got.MaxMsgSize))},

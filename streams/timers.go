@@ -1,0 +1,58 @@
+package streams
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// FiredTTL is how long a fired timer's message is kept: nodes handle it
+// at once; a deployment with no node running for longer loses it.
+const FiredTTL = 7 * 24 * time.Hour
+
+// Timer is a durable timer: a message schedule on the TIMERS stream.
+type Timer struct {
+	// Subject holds the schedule (Subjects.TimerAt), Target gets the
+	// message it fires (Subjects.TimerDue).
+	Subject, Target string
+	// At fires the timer once, at that time (a time past fires at once).
+	// Pattern, if set instead, is a repeating schedule: "@every 5s" (at
+	// least a second) or a cron line with seconds ("0 */5 * * * *").
+	At      time.Time
+	Pattern string
+	Data    []byte
+}
+
+// Schedule stores t unless a schedule is on its subject already: timers
+// are named by what they are for, so arming one twice arms it once. A
+// one-shot timer's schedule is removed when it fires; arming it again
+// then fires it again.
+func (c *Client) Schedule(ctx context.Context, t Timer) (created bool, err error) {
+	pattern := t.Pattern
+	if pattern == "" {
+		// Schedules have whole seconds: round up, never fire early.
+		at := t.At.UTC()
+		if at.Nanosecond() != 0 {
+			at = at.Truncate(time.Second).Add(time.Second)
+		}
+		pattern = "@at " + at.Format(time.RFC3339)
+	}
+	h := nats.Header{}
+	h.Set(jetstream.ScheduleHeader, pattern)
+	h.Set(jetstream.ScheduleTargetHeader, t.Target)
+	h.Set(jetstream.ScheduleTTLHeader, FiredTTL.String())
+	_, _, err = c.Append(ctx, Publication{Subject: t.Subject, Data: t.Data, Header: h}, 0)
+	var ce *ConflictError
+	if errors.As(err, &ce) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// Unschedule removes the schedule on subject, if any.
+func (c *Client) Unschedule(ctx context.Context, subject string) error {
+	return c.Purge(ctx, subject)
+}

@@ -1,0 +1,204 @@
+package lash
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/lash-run/lash/projector"
+	"github.com/lash-run/lash/streams"
+	"github.com/lash-run/lash/tools/builtin"
+	"github.com/lash-run/lash/turn"
+)
+
+// timerConsumer is the durable consumer the nodes share over fired timers.
+const timerConsumer = "lash-timers"
+
+// Timer kinds: a sleep's end, and a look at a wait just parked (a signal
+// or a process end that came before the commit that parked it).
+const (
+	timerSleep   = "sleep"
+	timerRecheck = "recheck"
+)
+
+// recheckAfter is when a parked signal or process wait is looked at once:
+// its signal or end may have come between the wait's tool call and the
+// commit, when nothing was parked to wake.
+const recheckAfter = 2 * time.Second
+
+// dueRetries bounds how often a fired timer whose call is not parked yet
+// (its turn still runs) is looked at again, a second apart; turn attempts
+// are bounded too, so its turn has committed or failed long before.
+const dueRetries = 900
+
+// armWaits arms what wakes the calls a commit is about to park (ADR 0025):
+// a timer at a sleep's end, and for signal and process waits an index
+// entry by signal subject and a recheck timer. It runs before the commit,
+// so a crash after the commit leaves them armed; a turn that never
+// commits leaves timers that fire on no parked call and do nothing.
+// Calls parked before this turn were armed by theirs.
+func (s *Session) armWaits(ctx context.Context, before, after []turn.SuspendedCall) error {
+	n, subj := s.n, s.n.client.Subjects()
+	for _, sc := range after {
+		if slices.ContainsFunc(before, func(b turn.SuspendedCall) bool { return b.Call.ID == sc.Call.ID }) {
+			continue
+		}
+		t, ok := parkedTicket(sc)
+		if !ok || t.Kind == builtin.ApprovalTicket {
+			continue // operators decide approvals
+		}
+		kind, at := timerRecheck, time.Now().Add(recheckAfter)
+		if t.Kind == builtin.SleepTicket {
+			kind, at = timerSleep, t.Until
+		}
+		if t.Kind == builtin.SignalTicket {
+			w, err := subj.SignalWait(t.Subject, s.id, sc.Call.ID)
+			if err != nil {
+				return err
+			}
+			_, _, err = n.client.Append(ctx, streams.Publication{Subject: w, Data: []byte(t.Subject)}, 0)
+			if ce := (*streams.ConflictError)(nil); err != nil && !errors.As(err, &ce) { // a conflict: indexed by an earlier run
+				return err
+			}
+		}
+		sched, err := subj.TimerAt(kind, s.id, sc.Call.ID)
+		if err != nil {
+			return err
+		}
+		due, err := subj.TimerDue(kind, s.id, sc.Call.ID)
+		if err != nil {
+			return err
+		}
+		if _, err := n.client.Schedule(ctx, streams.Timer{Subject: sched, Target: due, At: at}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// wakeDue handles fired timers: one node takes each, and another takes it
+// again if that node fails before it is done.
+func (n *Node) wakeDue(ctx context.Context) error {
+	d, err := n.client.Dispatcher(ctx, streams.Timers, timerConsumer, n.client.Subjects().AllTimersDue(), 30*time.Second)
+	if err != nil {
+		return err
+	}
+	for ctx.Err() == nil {
+		_, err := d.Fetch(ctx, 64, time.Second, func(dl *streams.Delivery) {
+			again, err := n.due(ctx, dl.Msg)
+			switch {
+			case err != nil:
+				if ctx.Err() == nil {
+					n.opts.logger.Warn("fired timer not handled yet; it comes back", "subject", dl.Msg.Subject, "err", err)
+				}
+				_ = dl.Retry(time.Second)
+			case again && dl.Delivered < dueRetries:
+				_ = dl.Retry(time.Second)
+			default:
+				if again {
+					n.opts.logger.Warn("fired timer given up: its call was never parked", "subject", dl.Msg.Subject, "tries", dl.Delivered)
+				}
+				_ = dl.Ack()
+			}
+		})
+		if err != nil && ctx.Err() == nil {
+			n.opts.logger.Warn("timer fetch failed", "err", err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+	return nil
+}
+
+// due handles one fired timer. again asks to see it again: its call is
+// not parked yet but its session has inputs waiting, so the turn that
+// parks it has not committed.
+func (n *Node) due(ctx context.Context, m *streams.Msg) (again bool, err error) {
+	kind, session, call, err := n.client.Subjects().TimerOf(m.Subject)
+	if err != nil {
+		n.opts.logger.Warn("fired timer passed over", "subject", m.Subject, "err", err)
+		return false, nil
+	}
+	pc, found, pending, err := n.parkedCall(ctx, session, call)
+	if err != nil || !found {
+		return pending, err
+	}
+	switch {
+	case kind == timerSleep && pc.ticket.Kind == builtin.SleepTicket:
+		if time.Until(pc.ticket.Until) > time.Second {
+			return true, nil // a timer that fired early (another clock): look again
+		}
+		return false, n.wake(ctx, pc, "slept until "+pc.ticket.Until.Format(time.RFC3339))
+	case kind == timerRecheck && pc.ticket.Kind == builtin.SignalTicket:
+		return false, n.wakeOnLastSignal(ctx, pc)
+	case kind == timerRecheck && pc.ticket.Kind == builtin.ProcessTicket:
+		return false, n.wakeOnProcessEnd(ctx, pc, nil)
+	}
+	return false, nil
+}
+
+// parkedCall finds a call its session holds parked on a built-in ticket,
+// as the projection knows it once it has folded everything stored now;
+// pending reports inputs waiting in the session.
+func (n *Node) parkedCall(ctx context.Context, session, call string) (pc parkedCall, found, pending bool, err error) {
+	if err := n.projectionCaughtUp(ctx); err != nil {
+		return pc, false, false, err
+	}
+	h, err := n.proj.Session(session)
+	if errors.Is(err, projector.ErrNotFound) || errors.Is(err, streams.ErrBadID) {
+		return pc, false, false, nil
+	}
+	if err != nil {
+		return pc, false, false, err
+	}
+	calls, err := n.proj.Suspended(h)
+	if err != nil {
+		return pc, false, false, nil // the projection set the commit aside already
+	}
+	for _, sc := range calls {
+		if t, ok := parkedTicket(sc); ok && sc.Call.ID == call {
+			return parkedCall{session: session, turn: h.LastTurn, call: sc.Call, ticket: t, pending: h.PendingInputs > 0}, true, false, nil
+		}
+	}
+	return pc, false, h.PendingInputs > 0, nil
+}
+
+// parkedOf lists the calls one session holds parked on built-in tickets.
+func (n *Node) parkedOf(ctx context.Context, session string) ([]parkedCall, error) {
+	if err := n.projectionCaughtUp(ctx); err != nil {
+		return nil, err
+	}
+	h, err := n.proj.Session(session)
+	if errors.Is(err, projector.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	calls, err := n.proj.Suspended(h)
+	if err != nil {
+		return nil, nil
+	}
+	var out []parkedCall
+	for _, sc := range calls {
+		if t, ok := parkedTicket(sc); ok {
+			out = append(out, parkedCall{session: session, turn: h.LastTurn, call: sc.Call, ticket: t, pending: h.PendingInputs > 0})
+		}
+	}
+	return out, nil
+}
+
+// projectionCaughtUp waits until the projection has folded every session
+// message stored now.
+func (n *Node) projectionCaughtUp(ctx context.Context) error {
+	last, err := n.client.LastSeq(ctx, streams.Sessions)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return n.proj.WaitFor(wctx, last)
+}
