@@ -2,13 +2,17 @@ package lash
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/lash-run/lash/projector"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/tools/builtin"
+	"github.com/lash-run/lash/triggers"
 	"github.com/lash-run/lash/turn"
 )
 
@@ -122,6 +126,9 @@ func (n *Node) due(ctx context.Context, m *streams.Msg) (again bool, err error) 
 		n.opts.logger.Warn("fired timer passed over", "subject", m.Subject, "err", err)
 		return false, nil
 	}
+	if kind == triggers.TimerKind {
+		return false, n.tick(ctx, session, m)
+	}
 	pc, found, pending, err := n.parkedCall(ctx, session, call)
 	if err != nil || !found {
 		return pending, err
@@ -201,4 +208,17 @@ func (n *Node) projectionCaughtUp(ctx context.Context) error {
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	return n.proj.WaitFor(wctx, last)
+}
+
+// tick publishes a schedule's tick as its signal. The key names the fired
+// message, so a redelivered tick is the same signal, and the same
+// occurrence even past the dedupe window.
+func (n *Node) tick(ctx context.Context, name string, m *streams.Msg) error {
+	data, err := json.Marshal(triggers.Tick{Schedule: name, At: m.Time.UTC(), Seq: m.Seq})
+	if err != nil {
+		return err
+	}
+	subj := strings.TrimSuffix(n.client.Subjects().Signals(), ">") + triggers.CronSource + "." + name
+	_, _, err = n.client.Publish(ctx, streams.Publication{Subject: subj, Data: data, MsgID: fmt.Sprintf("tick-%s-%d", name, m.Seq)})
+	return err
 }

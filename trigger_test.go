@@ -267,3 +267,87 @@ func TestSIGKILLBetweenReserveAndStart(t *testing.T) {
 		t.Fatalf("tool runs %v, want %v", got, want)
 	}
 }
+
+// runNode serves, wakes and runs processes until stop is called.
+func runNode(t *testing.T, r *rig, id, runs string, extra ...Option) (n *Node, stop func()) {
+	t.Helper()
+	n = r.node(id, append([]Option{WithTools(handleTools(t, runs)), WithProjection(t.TempDir())}, extra...)...)
+	ctx, cancel := context.WithCancel(r.ctx)
+	done := make(chan struct{}, 3)
+	go func() { n.Serve(ctx); done <- struct{}{} }()
+	go func() { n.Wake(ctx); done <- struct{}{} }()
+	go func() { n.RunProcesses(ctx); done <- struct{}{} }()
+	var once bool
+	stop = func() {
+		if !once {
+			once = true
+			cancel()
+			<-done
+			<-done
+			<-done
+			n.Close(context.Background())
+		}
+	}
+	t.Cleanup(stop)
+	return n, stop
+}
+
+// A schedule fires every second with three nodes running, one of them
+// restarted meanwhile: every tick is one occurrence, delivered once.
+func TestScheduleTicksOnce(t *testing.T) {
+	r := newRig(t)
+	r.models = testenv.RunModelServer(t, scripted.MustParse(triggerScript))
+	runs := filepath.Join(t.TempDir(), "runs")
+	a, _ := runNode(t, r, "a", runs)
+	_, stopB := runNode(t, r, "b", runs)
+	runNode(t, r, "c", runs)
+	ctx := r.ctx
+	spec := &triggers.Spec{SourceType: triggers.CronSource, SourceKey: "heartbeat",
+		Start: triggers.Target{Kind: processes.ToolCall, Tool: "handle", Args: json.RawMessage(`{"env":"tick"}`)}}
+	if _, err := a.Triggers().Apply(ctx, triggers.Op{ID: "reg", Action: triggers.ActRegister, Owner: triggers.Owner{Kind: triggers.Host}, Key: "beat", Spec: spec}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := triggers.SetSchedule(ctx, a.Streams(), "heartbeat", "@every 1s"); err != nil {
+		t.Fatal(err)
+	}
+	ticks := func(n int) {
+		testenv.WaitFor(t, 30*time.Second, func() error {
+			if got := len(readRuns(t, runs)); got < n {
+				return fmt.Errorf("%d ticks handled, want %d", got, n)
+			}
+			return nil
+		})
+	}
+	ticks(3)
+	stopB()
+	runNode(t, r, "b", runs)
+	ticks(6)
+	if err := triggers.RemoveSchedule(ctx, a.Streams(), "heartbeat"); err != nil {
+		t.Fatal(err)
+	}
+	timersSettled(t, a)
+	// Every tick fired became one occurrence with one delivery, and ran
+	// once.
+	var fired int
+	if err := a.Streams().Read(ctx, "lash.timer.due.cron.heartbeat._", 0, func(*streams.Msg) error { fired++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, func() error {
+		occs, err := a.Triggers().Occurrences(ctx, 0, 0)
+		if err != nil {
+			return err
+		}
+		if len(occs) != fired {
+			return fmt.Errorf("%d occurrences for %d ticks", len(occs), fired)
+		}
+		for _, o := range occs {
+			if len(o.Deliveries) != 1 {
+				return fmt.Errorf("occurrence %s has %d deliveries", o.ID, len(o.Deliveries))
+			}
+		}
+		if got := readRuns(t, runs); len(got) != fired || len(slices.Compact(got)) != fired {
+			return fmt.Errorf("%d runs (%d distinct) for %d ticks", len(got), len(slices.Compact(got)), fired)
+		}
+		return nil
+	})
+}

@@ -301,3 +301,44 @@ func parkedIn(p *projector.Projector) ([]parkedCall, error) {
 	}
 	return out, nil
 }
+
+// ParkedWait is a call parked by a built-in tool, and what wakes it.
+type ParkedWait struct {
+	Session string `json:"session"`
+	Turn    string `json:"turn"`
+	Call    string `json:"call"`
+	Tool    string `json:"tool"`
+	// Kind is the ticket's: sleep-until, signal, process or approval.
+	Kind string `json:"kind"`
+	// WokenBy says what wakes it: a timer at a time, a signal subject, a
+	// process's end, or an operator's decision.
+	WokenBy string    `json:"woken_by"`
+	Until   time.Time `json:"until,omitzero"`
+	// Pending: the session has inputs waiting, which may be its wake.
+	Pending bool `json:"pending,omitempty"`
+}
+
+// ParkedWaits lists the calls parked on built-in tickets that p has
+// folded, with what wakes each.
+func ParkedWaits(p *projector.Projector) ([]ParkedWait, error) {
+	calls, err := parkedIn(p)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ParkedWait, 0, len(calls))
+	for _, c := range calls {
+		w := ParkedWait{Session: c.session, Turn: c.turn, Call: c.call.ID, Tool: c.call.Name, Kind: c.ticket.Kind, Pending: c.pending}
+		switch c.ticket.Kind {
+		case builtin.SleepTicket:
+			w.WokenBy, w.Until = "timer at "+c.ticket.Until.UTC().Format(time.RFC3339), c.ticket.Until.UTC()
+		case builtin.SignalTicket:
+			w.WokenBy = "signal " + c.ticket.Subject
+		case builtin.ProcessTicket:
+			w.WokenBy = "end of process " + c.ticket.Process
+		default:
+			w.WokenBy = "a decision (lash-admin decide)"
+		}
+		out = append(out, w)
+	}
+	return out, nil
+}

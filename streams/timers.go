@@ -24,6 +24,9 @@ type Timer struct {
 	At      time.Time
 	Pattern string
 	Data    []byte
+	// Replace stores the schedule even when one is there (a changed
+	// repeating schedule); otherwise the one there stays.
+	Replace bool
 }
 
 // Schedule stores t unless a schedule is on its subject already: timers
@@ -44,7 +47,12 @@ func (c *Client) Schedule(ctx context.Context, t Timer) (created bool, err error
 	h.Set(jetstream.ScheduleHeader, pattern)
 	h.Set(jetstream.ScheduleTargetHeader, t.Target)
 	h.Set(jetstream.ScheduleTTLHeader, FiredTTL.String())
-	_, _, err = c.Append(ctx, Publication{Subject: t.Subject, Data: t.Data, Header: h}, 0)
+	p := Publication{Subject: t.Subject, Data: t.Data, Header: h}
+	if t.Replace {
+		_, _, err = c.Publish(ctx, p)
+		return err == nil, err
+	}
+	_, _, err = c.Append(ctx, p, 0)
 	var ce *ConflictError
 	if errors.As(err, &ce) {
 		return false, nil

@@ -50,7 +50,8 @@ func commands() []*command {
 		processesLsCmd, processesShowCmd, processesEventsCmd, processesCancelCmd, processesAbandonCmd,
 		processesGrantCmd, processesRevokeCmd, processesPruneCmd,
 		triggersLsCmd, triggersShowCmd, triggersRegisterCmd, triggersEnableCmd, triggersDisableCmd, triggersDeleteCmd,
-		triggersReviveCmd, triggersOccurrencesCmd, triggersDeliveriesCmd,
+		triggersReviveCmd, triggersOccurrencesCmd, triggersDeliveriesCmd, triggersScheduleCmd, triggersUnscheduleCmd,
+		triggersSchedulesCmd, waitsLsCmd,
 		leasesLsCmd, nodesLsCmd, streamsCmd, quarantineLsCmd,
 		sendCmd, decideCmd, cancelCmd, signalCmd, rebuildCmd, verifyCmd}
 }

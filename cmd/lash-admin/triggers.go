@@ -17,6 +17,7 @@ import (
 // triggerFlags are the flags of the triggers commands.
 type triggerFlags struct {
 	source, tool, args, payloadArg, agent, wake, label, op, owner string
+	every, cron                                                   string
 	revision                                                      uint64
 	open                                                          bool
 }
@@ -359,4 +360,80 @@ func runTriggersDeliveries(a *app, _ []string) error {
 			row(w, d.ID, d.Occurrence, d.Subscription, d.Process, d.Started, fmtTime(d.Reserved))
 		}
 	})
+}
+
+var triggersScheduleCmd = &command{
+	name:    "triggers schedule",
+	args:    "NAME",
+	summary: "fire a signal on a schedule: cron.NAME every interval or cron line",
+	doc: `Stores (or changes) the schedule NAME: a JetStream message schedule on the TIMERS stream
+that fires once per tick, whatever the number of nodes. Each tick is published as the
+signal <prefix>.signal.cron.NAME ({"schedule", "at", "seq"}), with the tick's sequence as
+its idempotency key: subscribe to it with --source cron.NAME. Give --every (at least
+1s) or --cron (six fields, seconds first, UTC; or @hourly, @daily, @weekly, @monthly,
+@yearly). A tick missed while no server ran fires once when it comes back.`,
+	min: 1, max: 1,
+	flags: func(a *app, fs *flag.FlagSet) {
+		fs.StringVar(&a.trig.every, "every", "", "fire every `duration` (at least 1s)")
+		fs.StringVar(&a.trig.cron, "cron", "", "fire on this cron `line` (six fields, seconds first)")
+	},
+	check: func(a *app, _ []string) error {
+		if (a.trig.every == "") == (a.trig.cron == "") {
+			return a.usagef("give --every or --cron (one of them)")
+		}
+		return nil
+	},
+	run: func(a *app, args []string) error {
+		pattern := a.trig.cron
+		if a.trig.every != "" {
+			pattern = "@every " + a.trig.every
+		}
+		err := triggers.SetSchedule(a.ctx, a.client, args[0], pattern)
+		if errors.Is(err, triggers.ErrInvalid) {
+			return a.usagef("%s", strings.TrimPrefix(err.Error(), "triggers: invalid: "))
+		}
+		if err != nil {
+			return err
+		}
+		out := triggers.Schedule{Name: args[0], Pattern: pattern}
+		return a.emit(out, func(w io.Writer) { row(w, "schedule", out.Name, out.Pattern) })
+	},
+}
+
+var triggersUnscheduleCmd = &command{
+	name:    "triggers unschedule",
+	args:    "NAME",
+	summary: "stop a schedule",
+	doc:     `Removes the schedule NAME: it fires no more ticks. Ticks fired before are still delivered.`,
+	min:     1, max: 1,
+	run: func(a *app, args []string) error {
+		if err := triggers.RemoveSchedule(a.ctx, a.client, args[0]); err != nil {
+			return err
+		}
+		out := struct {
+			Removed string `json:"removed"`
+		}{args[0]}
+		return a.emit(out, func(w io.Writer) { row(w, "removed", out.Removed) })
+	},
+}
+
+var triggersSchedulesCmd = &command{
+	name:    "triggers schedules",
+	summary: "the schedules that fire signals",
+	doc:     `Lists the schedules (name and pattern) stored on the TIMERS stream.`,
+	run: func(a *app, _ []string) error {
+		ss, err := triggers.Schedules(a.ctx, a.client)
+		if err != nil {
+			return err
+		}
+		out := struct {
+			Schedules []triggers.Schedule `json:"schedules"`
+		}{append([]triggers.Schedule{}, ss...)}
+		return a.emit(out, func(w io.Writer) {
+			row(w, "NAME", "PATTERN", "SIGNAL")
+			for _, s := range ss {
+				row(w, s.Name, s.Pattern, "cron."+s.Name)
+			}
+		})
+	},
 }

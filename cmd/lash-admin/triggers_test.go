@@ -103,4 +103,22 @@ func TestAdminTriggers(t *testing.T) {
 	if len(ds.Deliveries) != 0 {
 		t.Fatalf("open deliveries: %+v", ds)
 	}
+
+	// Schedules.
+	a.fails(2, "--every", "triggers", "schedule", "beat")
+	a.fails(2, "at least 1s", "triggers", "schedule", "beat", "--every", "10ms")
+	a.ok("triggers", "schedule", "beat", "--every", "1h")
+	a.ok("triggers", "schedule", "nightly", "--cron", "0 0 3 * * *")
+	var ss struct {
+		Schedules []triggers.Schedule `json:"schedules"`
+	}
+	a.json(&ss, "triggers", "schedules")
+	if len(ss.Schedules) != 2 || ss.Schedules[0].Name != "beat" || ss.Schedules[0].Pattern != "@every 1h" || ss.Schedules[1].Pattern != "0 0 3 * * *" {
+		t.Fatalf("schedules: %+v", ss)
+	}
+	a.ok("triggers", "unschedule", "beat")
+	a.json(&ss, "triggers", "schedules")
+	if len(ss.Schedules) != 1 || ss.Schedules[0].Name != "nightly" {
+		t.Fatalf("schedules after unschedule: %+v", ss)
+	}
 }
