@@ -90,6 +90,19 @@ func BenchmarkProcesses(b *testing.B) {
 	})
 }
 
+// BenchmarkSleeps: CPU while sleeps wait, and a sleep's wake with 10 and
+// 2000 parked (lash-bench -only sleeps parks 10,000).
+func BenchmarkSleeps(b *testing.B) {
+	modes(b, func(b *testing.B, e *bench.Env, f bench.Floor) {
+		rs, err := bench.Sleeps(b.Context(), e, []int{10, 2000}, 20)
+		if err != nil {
+			b.Fatal(err)
+		}
+		report(b, rs...)
+		b.ReportMetric(rs[3].Ratio, "x-wake-2000-vs-10")
+	})
+}
+
 // BenchmarkConcurrency: turns/s at 1 to 256 sessions at once.
 func BenchmarkConcurrency(b *testing.B) {
 	modes(b, func(b *testing.B, e *bench.Env, f bench.Floor) {

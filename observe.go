@@ -37,11 +37,15 @@ const (
 	// EventSettingsMismatch: a session's turn began under turn settings
 	// this node does not run; it was left to a node that runs them.
 	EventSettingsMismatch
+	// EventTimerFired: a fired timer was handled; Session names its
+	// session, Effect its kind ("sleep", "recheck", "cron"), Took the time
+	// from when the server fired it until the node was done with it.
+	EventTimerFired
 )
 
 var eventNames = [...]string{"", "turn_committed", "turn_failed", "effect_executed", "effect_replayed",
 	"lease_claimed", "lease_busy", "lease_lost", "commit_conflict", "wake", "turn_aborted", "input_refused",
-	"settings_mismatch"}
+	"settings_mismatch", "timer_fired"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k > 0 {

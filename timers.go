@@ -91,6 +91,10 @@ func (n *Node) wakeDue(ctx context.Context) error {
 	for ctx.Err() == nil {
 		_, err := d.Fetch(ctx, 64, time.Second, func(dl *streams.Delivery) {
 			again, err := n.due(ctx, dl.Msg)
+			if err == nil && !again {
+				kind, a, _, _ := n.client.Subjects().TimerOf(dl.Msg.Subject)
+				n.observe(Event{Kind: EventTimerFired, Session: a, Effect: kind, Took: time.Since(dl.Msg.Time)})
+			}
 			switch {
 			case err != nil:
 				if ctx.Err() == nil {

@@ -32,12 +32,13 @@ func run(args []string) error {
 		fs.PrintDefaults()
 	}
 	modes := fs.String("mode", "fsync,lazy", "fsync modes to measure: fsync (acknowledge after fsync, lash's default), lazy")
-	only := fs.String("only", "latency,effects,concurrency,history,sessions,memory,failover,processes", "what to measure")
+	only := fs.String("only", "latency,effects,concurrency,history,sessions,memory,failover,processes,sleeps", "what to measure")
 	samples := fs.Int("n", 50, "samples per figure")
 	conc := fs.String("concurrency", "1,16,64,256", "sessions at once for turns per second")
 	history := fs.String("history", "1,100,1000", "committed turns before the timed ones")
 	sessions := fs.String("sessions", "1000,100000", "sessions run before listing leases")
 	memory := fs.Int("memory", 10000, "new sessions of one turn each for the memory per session")
+	sleeps := fs.Int("sleeps", 10000, "sleeps parked while wakes are timed (against 10 parked)")
 	dir := fs.String("dir", "", "where the server's temporary directory goes (default: the system's)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -52,14 +53,14 @@ func run(args []string) error {
 		if mode != "fsync" && mode != "lazy" {
 			return fmt.Errorf("-mode: %q is neither fsync nor lazy", mode)
 		}
-		if err := measure(ctx, *dir, mode == "fsync", want, *samples, *conc, *history, *sessions, *memory); err != nil {
+		if err := measure(ctx, *dir, mode == "fsync", want, *samples, *conc, *history, *sessions, *memory, *sleeps); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func measure(ctx context.Context, dir string, sync bool, want map[string]bool, n int, conc, history, sessions string, memory int) error {
+func measure(ctx context.Context, dir string, sync bool, want map[string]bool, n int, conc, history, sessions string, memory, sleeps int) error {
 	e, err := bench.Start(dir, sync)
 	if err != nil {
 		return err
@@ -129,6 +130,13 @@ func measure(ctx context.Context, dir string, sync bool, want map[string]bool, n
 	}
 	if want["processes"] {
 		r, err := bench.Processes(ctx, e, n)
+		if err != nil {
+			return err
+		}
+		add(r...)
+	}
+	if want["sleeps"] {
+		r, err := bench.Sleeps(ctx, e, []int{10, sleeps}, 20)
 		if err != nil {
 			return err
 		}
