@@ -591,7 +591,7 @@ func (d *drive) toolCall(ctx, ectx context.Context, pc turn.PendingCall, cause i
 		return nil, false, err
 	}
 	began := time.Now()
-	res, err := n.runner.Invoke(ectx, pc, attempt, inDoubt)
+	res, err := n.runner.Invoke(n.toolContext(ectx), pc, attempt, inDoubt)
 	if err != nil {
 		return nil, false, err // interrupted: record nothing
 	}

@@ -57,6 +57,8 @@ type options struct {
 	settingsLabel string
 	// router adjusts the trigger router's settings (tests).
 	router func(*triggers.RouterConfig)
+	// eventSecret signs event keys and tickets (WithEventSecret).
+	eventSecret []byte
 }
 
 // WithConn uses an existing NATS connection.

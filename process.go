@@ -64,12 +64,21 @@ func (n *Node) RunProcesses(ctx context.Context) error {
 		p    *processes.Process
 		live bool
 	}
+	// The channel is never closed: the worker's reader may still be
+	// handing an end over when Run returns. Ends left when the teller
+	// stops are told by the nodes that read them at their start.
 	ends := make(chan end, 256)
+	tctx, stopTelling := context.WithCancel(ctx)
 	told := make(chan struct{})
 	go func() {
 		defer close(told)
-		for e := range ends {
-			n.processEnded(ctx, e.p, e.live)
+		for {
+			select {
+			case e := <-ends:
+				n.processEnded(tctx, e.p, e.live)
+			case <-tctx.Done():
+				return
+			}
 		}
 	}()
 	w := processes.NewWorker(processes.WorkerConfig{Registry: n.procs, Leases: n.leases, Store: n.client,
@@ -80,11 +89,11 @@ func (n *Node) RunProcesses(ctx context.Context) error {
 		OnEnd: func(p *processes.Process, live bool) {
 			select {
 			case ends <- end{p, live}:
-			case <-ctx.Done():
+			case <-tctx.Done():
 			}
 		}})
 	err = w.Run(ctx)
-	close(ends)
+	stopTelling()
 	<-told
 	return err
 }
@@ -107,7 +116,7 @@ func (x processExecutor) Execute(ctx context.Context, run *processes.Run) (json.
 		Call: turn.ToolCall{ID: p.ID, Name: in.Tool, Arguments: string(in.Args)},
 		Key:  turn.ReplayKey{Session: p.Registration.Provenance.Session, Turn: "proc:" + p.ID, Kind: turn.KindToolCall, Call: p.ID},
 	}
-	res, err := x.n.runner.Invoke(ctx, call, run.Attempt(), run.Attempt() > 1)
+	res, err := x.n.runner.Invoke(x.n.toolContext(ctx), call, run.Attempt(), run.Attempt() > 1)
 	if err != nil {
 		return nil, err
 	}

@@ -24,6 +24,8 @@ const timerConsumer = "lash-timers"
 const (
 	timerSleep   = "sleep"
 	timerRecheck = "recheck"
+	// timerTimeout ends an event wait that had no resolution in time.
+	timerTimeout = "timeout"
 )
 
 // recheckAfter is when a parked signal or process wait is looked at once:
@@ -55,6 +57,14 @@ func (s *Session) armWaits(ctx context.Context, before, after []turn.SuspendedCa
 		kind, at := timerRecheck, time.Now().Add(recheckAfter)
 		if t.Kind == builtin.SleepTicket {
 			kind, at = timerSleep, t.Until
+		}
+		if t.Kind == builtin.EventTicket {
+			if !n.validTicket(t) {
+				continue // not a node's ticket: nothing wakes it but a decision
+			}
+			if err := s.armEvent(ctx, t, sc.Call.ID); err != nil {
+				return err
+			}
 		}
 		if t.Kind == builtin.SignalTicket {
 			w, err := subj.SignalWait(t.Subject, s.id, sc.Call.ID)
@@ -147,6 +157,16 @@ func (n *Node) due(ctx context.Context, m *streams.Msg) (again bool, err error) 
 		return false, n.wakeOnLastSignal(ctx, pc)
 	case kind == timerRecheck && pc.ticket.Kind == builtin.ProcessTicket:
 		return false, n.wakeOnProcessEnd(ctx, pc, nil)
+	case kind == timerRecheck && pc.ticket.Kind == builtin.EventTicket && n.validTicket(pc.ticket):
+		if _, err := n.resolutionOf(ctx, pc.ticket.Event); errors.Is(err, streams.ErrNotFound) {
+			return false, nil // not resolved: its resolution wakes it
+		} else if err != nil {
+			return false, err
+		}
+		return false, n.wakeToRun(ctx, pc)
+	case kind == timerTimeout && pc.ticket.Kind == builtin.EventTicket && n.validTicket(pc.ticket):
+		_, err := n.resolve(ctx, pc.ticket.Event, resolution{Kind: timedOutEvent})
+		return false, err
 	}
 	return false, nil
 }
@@ -224,5 +244,36 @@ func (n *Node) tick(ctx context.Context, name string, m *streams.Msg) error {
 	}
 	subj := strings.TrimSuffix(n.client.Subjects().Signals(), ">") + triggers.CronSource + "." + name
 	_, _, err = n.client.Publish(ctx, streams.Publication{Subject: subj, Data: data, MsgID: fmt.Sprintf("tick-%s-%d", name, m.Seq)})
+	return err
+}
+
+// armEvent indexes an event wait by its id, so its resolution finds the
+// call, and sets the timer of its timeout.
+func (s *Session) armEvent(ctx context.Context, t builtin.Ticket, call string) error {
+	n, subj := s.n, s.n.client.Subjects()
+	w, err := subj.EventWait(t.Event)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(eventWait{Session: s.id, Call: call})
+	if err != nil {
+		return err
+	}
+	_, _, err = n.client.Append(ctx, streams.Publication{Subject: w, Data: b}, 0)
+	if ce := (*streams.ConflictError)(nil); err != nil && !errors.As(err, &ce) {
+		return err
+	}
+	if t.Deadline.IsZero() {
+		return nil
+	}
+	sched, err := subj.TimerAt(timerTimeout, s.id, call)
+	if err != nil {
+		return err
+	}
+	due, err := subj.TimerDue(timerTimeout, s.id, call)
+	if err != nil {
+		return err
+	}
+	_, err = n.client.Schedule(ctx, streams.Timer{Subject: sched, Target: due, At: t.Deadline})
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/lash-run/lash/projector"
@@ -147,6 +148,14 @@ func (n *Node) signal(ctx context.Context, m *streams.Msg) error {
 	if err := n.wakeWaits(ctx, m); err != nil {
 		return err
 	}
+	if rest, ok := n.client.Subjects().SignalRest(m.Subject); ok && strings.HasPrefix(rest, "event.") {
+		id, err := streams.ParseToken(strings.TrimPrefix(rest, "event."))
+		if err != nil || strings.Contains(rest[len("event."):], ".") {
+			n.opts.logger.Warn("event resolution refused: not a key of this deployment", "subject", m.Subject, "seq", m.Seq)
+			return nil
+		}
+		return n.resolveSignal(ctx, m, id)
+	}
 	return n.deliver(ctx, m)
 }
 
@@ -213,6 +222,14 @@ func (s *Session) wakeAfterCommit(ctx context.Context, turnID string, suspended 
 	n := s.n
 	for _, sc := range suspended {
 		t, ok := parkedTicket(sc)
+		if ok && t.Kind == builtin.EventTicket && n.validTicket(t) {
+			if _, err := n.resolutionOf(ctx, t.Event); err == nil {
+				if err := n.wakeToRun(ctx, parkedCall{session: s.id, turn: turnID, call: sc.Call, ticket: t}); err != nil && ctx.Err() == nil {
+					n.opts.logger.Warn("waking an event wait", "session", s.id, "call", sc.Call.ID, "err", err)
+				}
+			}
+			continue
+		}
 		if !ok || t.Kind != builtin.SignalTicket {
 			continue
 		}
@@ -236,6 +253,8 @@ func parkedTicket(sc turn.SuspendedCall) (builtin.Ticket, bool) {
 		return t, sc.Call.Name == builtin.SignalTool
 	case t.Kind == builtin.ProcessTicket:
 		return t, sc.Call.Name == builtin.ProcessAwaitTool
+	case t.Kind == builtin.EventTicket:
+		return t, true // any tool's; its signature is checked before anything is armed or woken
 	}
 	return t, sc.Call.Name == builtin.ApprovalTool
 }
@@ -335,6 +354,12 @@ func ParkedWaits(p *projector.Projector) ([]ParkedWait, error) {
 			w.WokenBy = "signal " + c.ticket.Subject
 		case builtin.ProcessTicket:
 			w.WokenBy = "end of process " + c.ticket.Process
+		case builtin.EventTicket:
+			w.WokenBy = "event " + c.ticket.Event
+			if !c.ticket.Deadline.IsZero() {
+				w.WokenBy += ", or its timeout at " + c.ticket.Deadline.UTC().Format(time.RFC3339)
+				w.Until = c.ticket.Deadline.UTC()
+			}
 		default:
 			w.WokenBy = "a decision (lash-admin decide)"
 		}

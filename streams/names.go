@@ -350,3 +350,29 @@ func (s Subjects) SignalWaitOf(subject string) (session, call string, err error)
 	call, err = ParseToken(toks[len(toks)-1])
 	return session, call, err
 }
+
+// EventResolution holds the one resolution of an event wait; EventWait
+// names the call waiting for it (ADR 0026).
+func (s Subjects) EventResolution(id string) (string, error) { return s.trig("res", id) }
+func (s Subjects) EventWait(id string) (string, error)       { return s.trig("await", id) }
+
+// EventSignal is where an outsider resolves an event: a signal of source
+// type "event" whose key is the event's id.
+func (s Subjects) EventSignal(id string) (string, error) {
+	t, err := mustTokens(id)
+	if err != nil {
+		return "", err
+	}
+	return s.prefix + ".signal.event." + t[0], nil
+}
+
+// EffectStep is the journal subject of a durable step of a tool call:
+// scope is the call's session (or "_host"), call its id, step the tool's
+// name for the step. The first message is the recorded result.
+func (s Subjects) EffectStep(scope, call, step string) (string, error) {
+	t, err := mustTokens(scope, call, step)
+	if err != nil {
+		return "", err
+	}
+	return s.prefix + ".fx." + t[0] + ".steps." + t[1] + "." + t[2], nil
+}

@@ -51,7 +51,7 @@ func commands() []*command {
 		processesGrantCmd, processesRevokeCmd, processesPruneCmd,
 		triggersLsCmd, triggersShowCmd, triggersRegisterCmd, triggersEnableCmd, triggersDisableCmd, triggersDeleteCmd,
 		triggersReviveCmd, triggersOccurrencesCmd, triggersDeliveriesCmd, triggersScheduleCmd, triggersUnscheduleCmd,
-		triggersSchedulesCmd, waitsLsCmd,
+		triggersSchedulesCmd, waitsLsCmd, waitsCancelCmd, waitsRevokeCmd,
 		leasesLsCmd, nodesLsCmd, streamsCmd, quarantineLsCmd,
 		sendCmd, decideCmd, cancelCmd, signalCmd, rebuildCmd, verifyCmd}
 }

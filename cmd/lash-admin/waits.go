@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"io"
 
 	"github.com/lash-run/lash"
@@ -33,3 +34,39 @@ waiting, which may hold the wake already.`,
 		})
 	},
 }
+
+func endEventCmd(action string, revoke bool, summary, doc string) *command {
+	return &command{
+		name: "waits " + action, args: "EVENT", summary: summary, doc: doc, min: 1, max: 1,
+		run: func(a *app, args []string) error {
+			first, err := lash.EndEvent(a.ctx, a.client, args[0], revoke, "lash-admin")
+			if errors.Is(err, lash.ErrBadInput) {
+				return a.usagef("%v", err)
+			}
+			if err != nil {
+				return err
+			}
+			out := struct {
+				Event string `json:"event"`
+				Ended bool   `json:"ended"`
+			}{args[0], first}
+			return a.emit(out, func(w io.Writer) {
+				if first {
+					row(w, out.Event, action+"d")
+				} else {
+					row(w, out.Event, "resolved already; unchanged")
+				}
+			})
+		},
+	}
+}
+
+var (
+	waitsCancelCmd = endEventCmd("cancel", false, "end an event wait as cancelled",
+		`Ends the event wait EVENT (an ev-... id, as "waits ls" shows it) as cancelled: the waiting tool
+sees tools.ErrEventCancelled. Only the first resolution of an event stands: one already
+resolved (or timed out) is left as it is.`)
+	waitsRevokeCmd = endEventCmd("revoke", true, "revoke an event key for good",
+		`Revokes the event EVENT's key: the waiting tool sees tools.ErrEventRevoked, and no later
+resolution is taken. Only the first resolution of an event stands.`)
+)

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -80,7 +84,11 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
-	opts := []lash.Option{lash.WithConn(nc), lash.WithStreams(s.streams()), lash.WithModel(s.model),
+	secret, err := eventSecret(s.eventSecret, s.data)
+	if err != nil {
+		return err
+	}
+	opts := []lash.Option{lash.WithConn(nc), lash.WithStreams(s.streams()), lash.WithModel(s.model), lash.WithEventSecret(secret),
 		lash.WithTools(ts.reg), lash.WithMachine(s.machine.Config()), lash.WithLeaseTTL(s.leaseTTL),
 		lash.WithToolTimeout(s.toolTimeout), lash.WithConcurrency(s.concurrency), lash.WithLogger(log), lash.WithTurnAttempts(s.turnAttempts),
 		lash.WithProjection(filepath.Join(s.data, "projection")), lash.WithObserver(m.observe)}
@@ -298,4 +306,30 @@ func embeddedListen(addr string) (string, error) {
 		port = "-1"
 	}
 	return net.JoinHostPort(host, port), nil
+}
+
+// eventSecret reads the deployment's event secret from path, or, with no
+// path, from <data>/event-secret, made with 32 random bytes on first use.
+func eventSecret(path, data string) ([]byte, error) {
+	if path == "" {
+		path = filepath.Join(data, "event-secret")
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			b := make([]byte, 32)
+			if _, err := rand.Read(b); err != nil {
+				return nil, err
+			}
+			if err := os.WriteFile(path, []byte(hex.EncodeToString(b)), 0o600); err != nil {
+				return nil, fmt.Errorf("making the event secret: %w", err)
+			}
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--event-secret-file: %w", err)
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) < 32 {
+		return nil, fmt.Errorf("--event-secret-file %s: %d bytes, at least 32", path, len(b))
+	}
+	return b, nil
 }

@@ -49,6 +49,7 @@ type settings struct {
 	inline       cli.Size
 	maxPayload   cli.Size
 	turnAttempts int
+	eventSecret  string
 
 	// Read by check: the provider the settings ask for.
 	model lash.Model
@@ -76,6 +77,7 @@ func newFlagSet(s *settings) *flag.FlagSet {
 	fs.Var(&s.inline, "inline-max", "largest `size` of a payload (model answer, tool result, commit body) kept inside its message; larger ones go to the object store by reference")
 	fs.Var(&s.maxPayload, "max-payload", "largest `size` of a model answer or tool result kept; above it the answer or result is recorded as an error the model sees, never retried; a commit holds at most four")
 	fs.IntVar(&s.turnAttempts, "turn-attempts", lash.DefaultTurnAttempts, "`runs` that may begin one turn (each after a failure, with a backoff up to a minute) before it is committed as failed")
+	fs.StringVar(&s.eventSecret, "event-secret-file", "", "`file` holding the deployment's secret (at least 32 bytes) that signs event keys (tools.AwaitEvent); every node of a deployment needs the same (default: <data>/event-secret, made on first start)")
 	s.logging.Register(fs)
 	return fs
 }
@@ -89,7 +91,7 @@ var sections = []cli.Section{
 	{Title: "Local data and the embedded server", Names: []string{"data", "listen"}},
 	{Title: "Model provider (give --script, or --model for an OpenAI-compatible API)", Names: []string{"script", "model", "base-url", "model-timeout"}},
 	{Title: "Turns (every node of a deployment must agree)", Names: []string{"system", "max-iterations", "token-budget", "max-tool-failures", "decision-wait"}},
-	{Title: "Node", Names: []string{"node-id", "concurrency", "lease-ttl", "tool-timeout", "tool-refresh", "drain-timeout", "turn-attempts"}},
+	{Title: "Node", Names: []string{"node-id", "concurrency", "lease-ttl", "tool-timeout", "tool-refresh", "drain-timeout", "turn-attempts", "event-secret-file"}},
 	{Title: "Sizes (the deployment's: every node must agree; set when its streams are created)", Names: []string{"max-input", "inline-max", "max-payload"}},
 	{Title: "Operations", Names: []string{"http", "log-format", "log-level"}},
 }

@@ -38,6 +38,12 @@ type Ticket struct {
 	Subject string
 	// Process is the process a process wait waits for.
 	Process string
+	// Event, Deadline and MAC are an event wait's (EventTicket): the
+	// event's id, when it times out (zero: never), and the node's
+	// signature over both, so no other tool can forge one.
+	Event    string
+	Deadline time.Time
+	MAC      string
 	// Text is the ticket's argument as written.
 	Text string
 }
@@ -63,11 +69,37 @@ func ParseTicket(s string) (Ticket, bool) {
 			return t, false
 		}
 		t.Process = arg
+	case EventTicket:
+		f := strings.Fields(arg)
+		if len(f) != 3 {
+			return t, false
+		}
+		t.Event, t.MAC = f[0], f[2]
+		if f[1] != "-" {
+			d, err := time.Parse(time.RFC3339Nano, f[1])
+			if err != nil {
+				return t, false
+			}
+			t.Deadline = d
+		}
 	case ApprovalTicket:
 	default:
 		return t, false
 	}
 	return t, true
+}
+
+// EventTicket parks a call until an external event (tools.AwaitEvent):
+// "event <id> <deadline RFC 3339 or -> <signature>".
+const EventTicket = "event"
+
+// FormatEventTicket writes an event wait's ticket.
+func FormatEventTicket(id string, deadline time.Time, mac string) string {
+	d := "-"
+	if !deadline.IsZero() {
+		d = deadline.UTC().Format(time.RFC3339Nano)
+	}
+	return EventTicket + " " + id + " " + d + " " + mac
 }
 
 // MaxSleep caps one durable sleep.
