@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/lash-run/lash/processes"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/triggers"
 )
@@ -16,7 +17,9 @@ func (n *Node) Triggers() *triggers.Triggers { return n.trigs }
 // (not a readable JSON signal) was set aside by the caller already.
 func (n *Node) deliver(ctx context.Context, m *streams.Msg) error {
 	o, ds, err := n.router.Deliver(ctx, m)
-	if errors.Is(err, triggers.ErrInvalid) {
+	if errors.Is(err, triggers.ErrInvalid) || errors.Is(err, processes.ErrInvalid) || errors.Is(err, processes.ErrConflict) {
+		// Refused for good: the delivery is marked failed, with the reason
+		// (lash-admin triggers deliveries).
 		n.opts.logger.Warn("signal not delivered to subscriptions", "subject", m.Subject, "seq", m.Seq, "err", err)
 		return nil
 	}

@@ -266,6 +266,33 @@ func TestSIGKILLBetweenReserveAndStart(t *testing.T) {
 	if got := readRuns(t, runs); !slices.Equal(got, want) {
 		t.Fatalf("tool runs %v, want %v", got, want)
 	}
+	// The killed node never acknowledged the signal: JetStream redelivers
+	// it (after the consumer's ack wait) to the live node, which records
+	// nothing new and starts nothing more.
+	testenv.WaitFor(t, 90*time.Second, func() error {
+		m, err := live.Streams().Conn().Request("$JS.API.CONSUMER.INFO."+live.Streams().StreamName(streams.Triggers)+"."+signalConsumer, nil, time.Second)
+		if err != nil {
+			return err
+		}
+		var info struct {
+			NumAckPending uint64 `json:"num_ack_pending"`
+			Delivered     struct {
+				Consumer uint64 `json:"consumer_seq"`
+			} `json:"delivered"`
+		}
+		if err := json.Unmarshal(m.Data, &info); err != nil {
+			return err
+		}
+		// One signal on the stream: a second delivery is its redelivery.
+		if info.NumAckPending != 0 || info.Delivered.Consumer < 2 {
+			return fmt.Errorf("signal not redelivered and acknowledged yet (%d unacknowledged, %d deliveries)", info.NumAckPending, info.Delivered.Consumer)
+		}
+		return nil
+	})
+	waitProcesses(t, ctx, live.Processes(), 3)
+	if got := readRuns(t, runs); !slices.Equal(got, want) {
+		t.Fatalf("tool runs after the redelivery %v, want %v", got, want)
+	}
 }
 
 // runNode serves, wakes and runs processes until stop is called.

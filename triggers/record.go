@@ -348,17 +348,22 @@ type Delivery struct {
 	Registration processes.Registration `json:"registration"`
 	By           string                 `json:"by"`
 	At           time.Time              `json:"at"`
-	// Started is set once the process is registered (the started mark).
+	// Started is set once the process is registered (the started mark);
+	// Failed, when its registration was refused for good (the mark says
+	// why, and nothing starts it again).
 	Started   bool      `json:"-"`
+	Failed    string    `json:"-"`
 	StartedAt time.Time `json:"-"`
 	StartedBy string    `json:"-"`
 	Seq       uint64    `json:"-"`
 }
 
-// startMark is a delivery's second message.
+// startMark is a delivery's second message: its process was registered,
+// or its registration was refused for good (Error).
 type startMark struct {
 	V       int       `json:"v"`
 	Started bool      `json:"started"`
+	Error   string    `json:"error,omitempty"`
 	Process string    `json:"process"`
 	By      string    `json:"by"`
 	At      time.Time `json:"at"`

@@ -132,10 +132,11 @@ func (r *Router) fold(m *streams.Msg) {
 		return
 	}
 	var probe struct {
-		Started bool `json:"started"`
+		Started bool   `json:"started"`
+		Error   string `json:"error"`
 	}
-	if json.Unmarshal(m.Data, &probe) == nil && probe.Started {
-		return
+	if json.Unmarshal(m.Data, &probe) == nil && (probe.Started || probe.Error != "") {
+		return // a mark whose reservation was read before this node's cursor
 	}
 	var d *Delivery
 	if err := foldDelivery(&d, m); err != nil {

@@ -205,7 +205,7 @@ func delivery(occ *Occurrence, sub *Subscription, by string, now time.Time) (*De
 		}
 		in.Tool = st.Tool
 	case processes.SessionTurn:
-		in.Session = "trig-" + id[len("dlv-"):]
+		in.Session, in.Depth = "trig-"+id[len("dlv-"):], 1
 		in.Instructions = fmt.Sprintf("%s\n\nEvent %s (occurrence %s):\n%s", st.Instructions, occ.Subject, occ.ID, occ.Payload)
 		in.Tools = st.Tools
 	}

@@ -381,25 +381,34 @@ func foldDelivery(d **Delivery, m *streams.Msg) error {
 	if err := decode(m, &mk); err != nil {
 		return err
 	}
-	(*d).Started, (*d).StartedAt, (*d).StartedBy = mk.Started, mk.At, mk.By
+	(*d).Started, (*d).Failed, (*d).StartedAt, (*d).StartedBy = mk.Started, mk.Error, mk.At, mk.By
 	return nil
 }
 
 // Start registers a delivery's process (idempotent: its id is the
 // delivery's) and marks the delivery started. Any node may do it, any
 // number of times: one process results.
+//
+// A registration the registry refuses for good (invalid, or the id taken
+// by another registration) marks the delivery failed with the reason, so
+// no sweep tries it again, and returns the error.
 func (t *Triggers) Start(ctx context.Context, procs *processes.Registry, d *Delivery) error {
-	if d.Started {
+	if d.Started || d.Failed != "" {
 		return nil
 	}
-	if _, _, err := procs.Register(ctx, d.Process, d.Registration); err != nil {
-		return fmt.Errorf("triggers: starting delivery %s: %w", d.ID, err)
+	mark := startMark{V: Version, Started: true, Process: d.Process, By: t.writer, At: t.now().UTC()}
+	_, _, rerr := procs.Register(ctx, d.Process, d.Registration)
+	switch {
+	case errors.Is(rerr, processes.ErrInvalid) || errors.Is(rerr, processes.ErrConflict):
+		mark.Started, mark.Error = false, clipText(rerr.Error())
+	case rerr != nil:
+		return fmt.Errorf("triggers: starting delivery %s: %w", d.ID, rerr)
 	}
 	subj, err := t.s.Subjects().TriggerDelivery(d.ID)
 	if err != nil {
 		return err
 	}
-	b, err := json.Marshal(startMark{V: Version, Started: true, Process: d.Process, By: t.writer, At: t.now().UTC()})
+	b, err := json.Marshal(mark)
 	if err != nil {
 		return err
 	}
@@ -408,7 +417,10 @@ func (t *Triggers) Start(ctx context.Context, procs *processes.Registry, d *Deli
 	if err != nil && !errors.As(err, &ce) { // a conflict: another node marked it
 		return err
 	}
-	d.Started = true
+	d.Started, d.Failed = mark.Started, mark.Error
+	if rerr != nil {
+		return fmt.Errorf("triggers: delivery %s cannot start: %w", d.ID, rerr)
+	}
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/lash-run/lash/leases"
 	"github.com/lash-run/lash/processes"
 	"github.com/lash-run/lash/streams"
+	"github.com/lash-run/lash/triggers"
 )
 
 var sessionsDeleteCmd = &command{
@@ -20,7 +21,7 @@ var sessionsDeleteCmd = &command{
 	doc: `Deletes a session for good. lash-admin takes the session's lease first, so no node
 runs it meanwhile (a session a node is running is refused: try again when it is idle).
 It revokes the session's grants on processes, which stop waking it; a process is never
-cancelled by the deletion. Then it marks the session deleted (<prefix>.sess.<ID>.gone,
+cancelled by the deletion. It deletes the session's trigger subscriptions (tombstones). Then it marks the session deleted (<prefix>.sess.<ID>.gone,
 for read models) and purges its log, inputs, snapshots and journal. It prints the
 processes whose grants it revoked, and those left with no session holding a grant.
 An input sent afterwards starts a new session under the same id, with no history.`,
@@ -34,7 +35,9 @@ type deleteJSON struct {
 	// Orphaned are the processes not ended that no session holds a grant
 	// on any more: nobody is told when they end.
 	Orphaned []string `json:"orphaned"`
-	Purged   []string `json:"purged"`
+	// Subscriptions are the session's trigger subscriptions, deleted.
+	Subscriptions []string `json:"subscriptions"`
+	Purged        []string `json:"purged"`
 }
 
 func runSessionsDelete(a *app, args []string) error {
@@ -96,6 +99,25 @@ func runSessionsDelete(a *app, args []string) error {
 			out.Orphaned = append(out.Orphaned, p.ID)
 		}
 	}
+	// The session's trigger subscriptions end with it (tombstones: their
+	// history stays); the operation ids make a second run of the
+	// deletion change nothing.
+	owner := triggers.Owner{Kind: triggers.Session, ID: id}
+	subs, _, err := triggers.New(a.client, "lash-admin").List(a.ctx, &owner)
+	if err != nil {
+		return err
+	}
+	out.Subscriptions = []string{}
+	for _, sub := range subs {
+		if sub.Deleted {
+			continue
+		}
+		op := triggers.Op{ID: fmt.Sprintf("session-delete:%s:%d", sub.ID, sub.Revision), Action: triggers.ActDelete, Subscription: sub.ID}
+		if _, err := triggers.New(a.client, "lash-admin").Apply(a.ctx, op, &owner); err != nil {
+			return fmt.Errorf("deleting subscription %s: %w", sub.ID, err)
+		}
+		out.Subscriptions = append(out.Subscriptions, sub.ID)
+	}
 	// The mark before the purges: read models drop the session on it, and
 	// a fresh fold does too, whether or not the purges after it land.
 	if _, _, err := a.client.Publish(a.ctx, streams.Publication{Subject: gone, Data: []byte(fmt.Sprintf(`{"deleted":%q}`, time.Now().UTC().Format(time.RFC3339Nano)))}); err != nil {
@@ -121,6 +143,9 @@ func runSessionsDelete(a *app, args []string) error {
 		fmt.Fprintf(w, "grants revoked on %d processes: %s\n", len(out.Revoked), strings.Join(out.Revoked, ", "))
 		if len(out.Orphaned) > 0 {
 			fmt.Fprintf(w, "left with no session holding a grant: %s\n", strings.Join(out.Orphaned, ", "))
+		}
+		if len(out.Subscriptions) > 0 {
+			fmt.Fprintf(w, "trigger subscriptions deleted: %s\n", strings.Join(out.Subscriptions, ", "))
 		}
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/lash-run/lash/processes"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/testenv"
+	"github.com/lash-run/lash/triggers"
 )
 
 // Deleting a session: its grants are revoked (the processes go on), its
@@ -33,10 +34,26 @@ func TestAdminSessionsDelete(t *testing.T) {
 		}
 	}
 
+	trig := triggers.New(c, "node-a")
+	for _, o := range []triggers.Owner{{Kind: triggers.Session, ID: "s1"}, {Kind: triggers.Session, ID: "s2"}} {
+		spec := &triggers.Spec{SourceType: "mail", Start: triggers.Target{Kind: processes.ToolCall, Tool: "sort"}}
+		if _, err := trig.Apply(ctx, triggers.Op{ID: "reg-" + o.ID, Action: triggers.ActRegister, Owner: o, Key: "inbox", Spec: spec}, &o); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	var out deleteJSON
 	a.json(&out, "sessions", "delete", "s1")
-	if len(out.Revoked) != 2 || len(out.Orphaned) != 1 || out.Orphaned[0] != "p-only" || len(out.Purged) != 4 {
+	s1sub := triggers.SubscriptionID(triggers.Owner{Kind: triggers.Session, ID: "s1"}, "inbox")
+	if len(out.Revoked) != 2 || len(out.Orphaned) != 1 || out.Orphaned[0] != "p-only" || len(out.Purged) != 4 ||
+		len(out.Subscriptions) != 1 || out.Subscriptions[0] != s1sub {
 		t.Fatalf("delete: %+v", out)
+	}
+	if sub, err := trig.Get(ctx, s1sub, nil); err != nil || !sub.Deleted {
+		t.Fatalf("s1's subscription after the delete: %+v, %v", sub, err)
+	}
+	if sub, err := trig.Get(ctx, triggers.SubscriptionID(triggers.Owner{Kind: triggers.Session, ID: "s2"}, "inbox"), nil); err != nil || sub.Deleted {
+		t.Fatalf("s2's subscription after s1's delete: %+v, %v", sub, err)
 	}
 	for _, id := range []string{"p-only", "p-shared"} {
 		p, err := r.Get(ctx, id)

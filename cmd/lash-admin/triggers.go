@@ -334,6 +334,7 @@ type deliveryJSON struct {
 	Revision     uint64    `json:"revision"`
 	Process      string    `json:"process"`
 	Started      bool      `json:"started"`
+	Error        string    `json:"error,omitempty"`
 	Reserved     time.Time `json:"reserved"`
 	ReservedBy   string    `json:"reserved_by"`
 	StartedBy    string    `json:"started_by,omitempty"`
@@ -348,16 +349,16 @@ func runTriggersDeliveries(a *app, _ []string) error {
 		Deliveries []deliveryJSON `json:"deliveries"`
 	}{Deliveries: []deliveryJSON{}}
 	for _, d := range ds {
-		if a.trig.open && d.Started {
+		if a.trig.open && (d.Started || d.Failed != "") {
 			continue
 		}
 		out.Deliveries = append(out.Deliveries, deliveryJSON{ID: d.ID, Occurrence: d.Occurrence, Subscription: d.Subscription,
-			Incarnation: d.Incarnation, Revision: d.Revision, Process: d.Process, Started: d.Started, Reserved: utc(d.At), ReservedBy: d.By, StartedBy: d.StartedBy})
+			Incarnation: d.Incarnation, Revision: d.Revision, Process: d.Process, Started: d.Started, Error: d.Failed, Reserved: utc(d.At), ReservedBy: d.By, StartedBy: d.StartedBy})
 	}
 	return a.emit(out, func(w io.Writer) {
-		row(w, "ID", "OCCURRENCE", "SUBSCRIPTION", "PROCESS", "STARTED", "RESERVED")
+		row(w, "ID", "OCCURRENCE", "SUBSCRIPTION", "PROCESS", "STARTED", "RESERVED", "ERROR")
 		for _, d := range out.Deliveries {
-			row(w, d.ID, d.Occurrence, d.Subscription, d.Process, d.Started, fmtTime(d.Reserved))
+			row(w, d.ID, d.Occurrence, d.Subscription, d.Process, d.Started, fmtTime(d.Reserved), d.Error)
 		}
 	})
 }

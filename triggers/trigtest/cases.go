@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -435,3 +436,81 @@ func testSweep(t *testing.T, env conformance.Env) {
 }
 
 var errDied = errors.New("node died")
+
+// A sub-agent target starts a session_turn process in a session of its
+// own per delivery, with the event after the instructions.
+func testAgentTarget(t *testing.T, env conformance.Env) {
+	ctx := testCtx(t)
+	d := conformance.Open(t, env)
+	c := d.Client()
+	tr := triggers.New(c, "op")
+	s1 := session("s1")
+	agent := &triggers.Spec{SourceType: "mail", SourceKey: ">", WakeTarget: "s1",
+		Start: triggers.Target{Kind: processes.SessionTurn, Instructions: "Sort this mail.", Tools: []string{}}}
+	if _, err := tr.Apply(ctx, triggers.Op{ID: opID(), Action: triggers.ActRegister, Owner: s1, Key: "inbox", Spec: agent}, &s1); err != nil {
+		t.Fatal(err)
+	}
+	r, procs := router(t, d.Reopen(t), "node-a", triggers.RouterConfig{})
+	for i, id := range []string{"m1", "m2"} {
+		m := signal(t, ctx, c, "mail.alice", id, `{"subject":"hi"}`)
+		_, ds, err := r.Deliver(ctx, m)
+		if err != nil || len(ds) != 1 {
+			t.Fatalf("Deliver %d: %d deliveries, %v", i, len(ds), err)
+		}
+		p, err := procs.Get(ctx, ds[0].Process)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := p.Registration.Input
+		if in.Kind != processes.SessionTurn || !strings.HasPrefix(in.Instructions, "Sort this mail.") || !strings.Contains(in.Instructions, `{"subject":"hi"}`) ||
+			p.Registration.Provenance.Session != "s1" || !p.Granted("s1") || in.Tools == nil || len(in.Tools) != 0 {
+			t.Fatalf("process %+v", p.Registration)
+		}
+	}
+	ids := processIDs(t, ctx, procs)
+	if len(ids) != 2 {
+		t.Fatalf("processes %v", ids)
+	}
+	a, _ := procs.Get(ctx, ids[0])
+	b, _ := procs.Get(ctx, ids[1])
+	if a.Registration.Input.Session == b.Registration.Input.Session {
+		t.Fatal("two deliveries share a child session")
+	}
+}
+
+// A delivery whose process can never be registered (here: the event and
+// the fixed arguments exceed a process's input bound) is marked failed
+// with the reason, once: no sweep tries it again.
+func testUnstartable(t *testing.T, env conformance.Env) {
+	ctx := testCtx(t)
+	d := conformance.Open(t, env)
+	c := d.Client()
+	tr := triggers.New(c, "op")
+	big := spec("deploy", ">")
+	big.Start.Args = json.RawMessage(`{"pad":"` + strings.Repeat("x", 15<<10) + `"}`)
+	register(t, ctx, tr, host, "big", big)
+	r, procs := router(t, d.Reopen(t), "node-a", triggers.RouterConfig{SweepAfter: time.Millisecond, SweepEvery: time.Hour})
+	m := signal(t, ctx, c, "deploy.1", "huge", `"`+strings.Repeat("y", 60<<10)+`"`)
+	if _, _, err := r.Deliver(ctx, m); !errors.Is(err, processes.ErrInvalid) {
+		t.Fatalf("Deliver = %v, want the registry's refusal", err)
+	}
+	ds, err := tr.Deliveries(ctx)
+	if err != nil || len(ds) != 1 || ds[0].Started || !strings.Contains(ds[0].Failed, "invalid") {
+		t.Fatalf("deliveries %+v, %v; want one marked failed", ds, err)
+	}
+	if _, _, err := r.Deliver(ctx, m); err != nil {
+		t.Fatalf("a redelivery: %v", err)
+	}
+	testenv.WaitFor(t, settle, func() error {
+		if n := len(r.Open()); n != 0 {
+			return errors.New("the failed delivery is still open")
+		}
+		return nil
+	})
+	if n := r.Sweep(ctx); n != 0 {
+		t.Fatalf("the sweep started %d", n)
+	}
+	if ids := processIDs(t, ctx, procs); len(ids) != 0 {
+		t.Fatalf("processes %v", ids)
+	}
+}

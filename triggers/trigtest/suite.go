@@ -45,6 +45,8 @@ var subtests = []struct {
 	{"router/fan-out-once", testFanOutOnce},
 	{"router/as-of-the-signal", testAsOfSignal},
 	{"router/sweep-finishes-reservations", testSweep},
+	{"router/agent-target", testAgentTarget},
+	{"router/unstartable-delivery-marked", testUnstartable},
 }
 
 // Run runs the suite against env.
