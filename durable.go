@@ -278,16 +278,7 @@ func (n *Node) wakeEvent(ctx context.Context, id string) error {
 
 // wakeToRun resumes a parked call by running it again.
 func (n *Node) wakeToRun(ctx context.Context, pc parkedCall) error {
-	id := wakeID(pc.call.ID)
-	data, err := json.Marshal(Input{Decisions: []Decision{{ID: id, CallID: pc.call.ID, Action: "resume", Mode: "replay"}}})
-	if err != nil {
-		return err
-	}
-	_, dup, err := n.log.AppendInput(ctx, pc.session, id, data)
-	if err == nil && !dup {
-		n.observe(Event{Kind: EventWake, Session: pc.session, Turn: pc.turn})
-	}
-	return err
+	return n.resume(ctx, pc, Decision{ID: wakeID(pc.call.ID), CallID: pc.call.ID, Action: "resume", Mode: "replay"})
 }
 
 // resolveSignal takes a signal on <prefix>.signal.event.<id>: {"key": the

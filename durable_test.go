@@ -331,15 +331,7 @@ func TestStepThenDie(t *testing.T) {
 	if os.Getenv("LASH_TEST_STEP_THEN_DIE") == "" {
 		t.Skip("runs only as the dying node of TestDurableStepAcrossSIGKILL")
 	}
-	r := &rig{t: t, ctx: context.Background(), replicas: 1, runs: &counter{runs: map[string]int{}},
-		conn: func() *nats.Conn {
-			nc, err := nats.Connect(os.Getenv("LASH_TEST_NATS"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return nc
-		}}
-	r.models = testenv.RunModelServer(t, scripted.MustParse(eventScript))
+	r := childRig(t, eventScript)
 	die := func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) }
 	n := r.node("dying", WithTools(eventTools(t, os.Getenv("LASH_TEST_CHARGES"), die)), WithEventSecret(testSecret))
 	n.Session("card").Run(r.ctx) // killed inside the tool
@@ -366,7 +358,7 @@ func TestDurableStepAcrossSIGKILL(t *testing.T) {
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err == nil {
 		t.Fatalf("the node was not killed:\n%s", out.String())
-	} else if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+	} else if !killedBySIGKILL(cmd) {
 		t.Fatalf("the node exited otherwise (%v):\n%s", err, out.String())
 	}
 	if b, _ := os.ReadFile(charges); strings.Count(string(b), "charged") != 1 {

@@ -190,15 +190,7 @@ func TestReserveThenDie(t *testing.T) {
 	if os.Getenv("LASH_TEST_RESERVE_THEN_DIE") == "" {
 		t.Skip("runs only as the dying node of TestSIGKILLBetweenReserveAndStart")
 	}
-	r := &rig{t: t, ctx: context.Background(), replicas: 1, runs: &counter{runs: map[string]int{}},
-		conn: func() *nats.Conn {
-			nc, err := nats.Connect(os.Getenv("LASH_TEST_NATS"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return nc
-		}}
-	r.models = testenv.RunModelServer(t, scripted.MustParse(triggerScript))
+	r := childRig(t, triggerScript)
 	n := r.node("dying", WithTools(handleTools(t, os.Getenv("LASH_TEST_RUNS"))), WithProjection(t.TempDir()),
 		withRouter(func(c *triggers.RouterConfig) {
 			c.AfterReserve = func(*triggers.Occurrence) { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) }
@@ -243,7 +235,7 @@ func TestSIGKILLBetweenReserveAndStart(t *testing.T) {
 	}
 	select {
 	case err := <-exited:
-		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		if !killedBySIGKILL(cmd) {
 			t.Fatalf("the node exited otherwise (%v):\n%s", err, out.String())
 		}
 	case <-time.After(30 * time.Second):
@@ -377,4 +369,25 @@ func TestScheduleTicksOnce(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// childRig is the rig of a node the test binary runs as a process of its
+// own: it joins the server at LASH_TEST_NATS.
+func childRig(t *testing.T, script string) *rig {
+	r := &rig{t: t, ctx: context.Background(), replicas: 1, runs: &counter{runs: map[string]int{}},
+		conn: func() *nats.Conn {
+			nc, err := nats.Connect(os.Getenv("LASH_TEST_NATS"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return nc
+		}}
+	r.models = testenv.RunModelServer(t, scripted.MustParse(script))
+	return r
+}
+
+// killedBySIGKILL reports whether a finished command died of SIGKILL.
+func killedBySIGKILL(cmd *exec.Cmd) bool {
+	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
 }

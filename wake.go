@@ -270,7 +270,14 @@ func (n *Node) wake(ctx context.Context, pc parkedCall, payload string) error {
 
 // wakeAs is wake with the decision's id (and input key) given.
 func (n *Node) wakeAs(ctx context.Context, pc parkedCall, id, payload string) error {
-	data, err := json.Marshal(Input{Decisions: []Decision{{ID: id, CallID: pc.call.ID, Action: "resume", Mode: "use-result", Payload: payload}}})
+	return n.resume(ctx, pc, Decision{ID: id, CallID: pc.call.ID, Action: "resume", Mode: "use-result", Payload: payload})
+}
+
+// resume appends the decision d that resumes the parked call pc, under
+// d's id as the input key.
+func (n *Node) resume(ctx context.Context, pc parkedCall, d Decision) error {
+	id := d.ID
+	data, err := json.Marshal(Input{Decisions: []Decision{d}})
 	if err != nil {
 		return err
 	}
