@@ -61,6 +61,19 @@ type faultWriter struct {
 	commits, records []ack
 	attempts         int
 	transient        map[string]int // error text (shortened) -> count
+	// holds: the writer whose write is the n-th acknowledged waits on
+	// holds[n] before going on, so the fault comes while writes remain
+	// however fast the others are.
+	holds map[int64]chan struct{}
+}
+
+func (w *faultWriter) ack(ctx context.Context, acked *atomic.Int64) {
+	if hold, ok := w.holds[acked.Add(1)]; ok {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+		}
+	}
 }
 
 func faultKey(session, turnID string) turn.ReplayKey {
@@ -174,7 +187,7 @@ func (w *faultWriter) run(ctx context.Context, acked *atomic.Int64) error {
 			return fmt.Errorf("writer %d: record %s: got %+v won=%v; want this writer's record, won", w.id, key, rec, won)
 		}
 		w.records = append(w.records, ack{w.id, turnID, rec.Seq})
-		acked.Add(1)
+		w.ack(ctx, acked)
 
 		var next sessionlog.Position
 		err = w.retry(ctx, "commit "+turnID, func(ctx context.Context) error {
@@ -190,7 +203,7 @@ func (w *faultWriter) run(ctx context.Context, acked *atomic.Int64) error {
 		}
 		w.commits = append(w.commits, ack{w.id, turnID, next.Seq()})
 		w.head = next
-		acked.Add(1)
+		w.ack(ctx, acked)
 	}
 	return nil
 }
@@ -239,6 +252,10 @@ func TestClusterServerStopDuringWrites(t *testing.T) {
 		}
 		writers[i] = w
 	}
+	stopHold, restartHold := make(chan struct{}), make(chan struct{})
+	for _, w := range writers {
+		w.holds = map[int64]chan struct{}{faultStopAt: stopHold, faultRestartAt: restartHold}
+	}
 
 	// The victim: the server leading the sessions stream.
 	sessions := admin.StreamName(streams.Sessions)
@@ -275,6 +292,7 @@ func TestClusterServerStopDuringWrites(t *testing.T) {
 	atStop := acked.Load()
 	stopT := time.Now()
 	c.StopServer(victim)
+	close(stopHold)
 	atStopped := acked.Load()
 	t.Logf("%s stopped in %v with %d writes acknowledged (%d when the stop began)",
 		leader, time.Since(stopT).Round(time.Millisecond), atStopped, atStop)
@@ -284,6 +302,7 @@ func TestClusterServerStopDuringWrites(t *testing.T) {
 	outage := time.Since(stopT)
 	restartT := time.Now()
 	c.RestartServer(victim)
+	close(restartHold)
 	t.Logf("%s restarted after an outage of %v, with %d writes acknowledged; whole and current again in %v",
 		leader, outage.Round(time.Millisecond), atRestart, time.Since(restartT).Round(time.Millisecond))
 
