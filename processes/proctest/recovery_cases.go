@@ -200,9 +200,16 @@ func testRecoveryVerdicts(t *testing.T, env conformance.Env) {
 	}
 	// A silent runner: alive as far as anyone can tell, its leases lapse.
 	silent := holder(t, ctx, d.Client(), "silent-node")
+	// The dead runner's leases need not lapse (its death is proved); the
+	// silent one's must, and are given 2 s: a loaded cluster can take a
+	// second between a claim and the start under it.
 	startBy := func(m *leases.Manager, id string, reg processes.Registration) {
 		register(t, ctx, r, id, reg)
-		if _, err := r.Start(ctx, id, claim(t, ctx, m, id, time.Second)); err != nil {
+		ttl := 2 * time.Second
+		if m == dead {
+			ttl = longTTL
+		}
+		if _, err := r.Start(ctx, id, claim(t, ctx, m, id, ttl)); err != nil {
 			t.Fatal(err)
 		}
 	}
