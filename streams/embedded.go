@@ -30,6 +30,10 @@ type EmbeddedConfig struct {
 	ServerName string
 	// ReadyTimeout bounds startup. Default 10s.
 	ReadyTimeout time.Duration
+	// User and Password, if set, are the one user the server admits:
+	// clients without them are refused. Empty: no authentication (fit for
+	// a loopback listener only).
+	User, Password string
 	// Logger receives the server's log: its warnings and errors at their
 	// levels, its notices at debug, an error it cannot run past (a store
 	// directory it cannot use, a port it cannot listen on) at error. Nil
@@ -39,7 +43,8 @@ type EmbeddedConfig struct {
 
 // Embedded is a running in-process nats-server with JetStream.
 type Embedded struct {
-	srv *server.Server
+	srv            *server.Server
+	user, password string
 }
 
 // StartEmbedded starts the server and waits until it accepts connections.
@@ -59,6 +64,9 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	}
 	if opts.ServerName == "" {
 		opts.ServerName = "lash"
+	}
+	if cfg.User != "" {
+		opts.Username, opts.Password = cfg.User, cfg.Password
 	}
 	switch cfg.Listen {
 	case "none":
@@ -92,7 +100,7 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		srv.WaitForShutdown()
 		return nil, err
 	}
-	return &Embedded{srv: srv}, nil
+	return &Embedded{srv: srv, user: cfg.User, password: cfg.Password}, nil
 }
 
 // readyPoll is how long one readiness check of the server may wait: how
@@ -171,8 +179,12 @@ func (l *serverLogger) Fatalf(format string, v ...any) {
 	l.emit(slog.LevelError, "%s", []any{msg})
 }
 
-// Connect opens an in-process connection.
+// Connect opens an in-process connection, as the server's user if it
+// has one.
 func (e *Embedded) Connect(opts ...nats.Option) (*nats.Conn, error) {
+	if e.user != "" {
+		opts = append(opts, nats.UserInfo(e.user, e.password))
+	}
 	return nats.Connect("", append(opts, nats.InProcessServer(e.srv))...)
 }
 

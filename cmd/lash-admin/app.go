@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -69,6 +71,7 @@ type app struct {
 	// Settings.
 	conn     cli.Conn
 	listen   string
+	data     string
 	cacheDir string
 	config   string
 	machine  cli.Machine
@@ -304,6 +307,13 @@ func (a *app) connect() error {
 	url, err := a.url()
 	if err != nil {
 		return err
+	}
+	if a.conn.URL == "" && a.conn.User == "" && a.conn.Creds == "" {
+		// lash-node's embedded server on this machine: its password, if
+		// it takes one (a server without authentication ignores it).
+		if b, err := os.ReadFile(filepath.Join(a.data, "embedded-password")); err == nil && len(bytes.TrimSpace(b)) > 0 {
+			a.conn.User, a.conn.Password = "lash", string(bytes.TrimSpace(b))
+		}
 	}
 	nc, err := a.conn.Connect("lash-admin", url)
 	if err != nil {

@@ -18,6 +18,7 @@ func (a *app) settingsFlags(cmd *command) *flag.FlagSet {
 	fs.SetOutput(io.Discard)
 	a.conn.Register(fs, "NATS server `URL` (default: lash-node's embedded server, at --listen)")
 	fs.StringVar(&a.listen, "listen", defaultListen, "client `address` of lash-node's embedded server (lash-node's --listen): with no --nats, lash-admin connects there")
+	fs.StringVar(&a.data, "data", "lash-data", "lash-node's data `directory`: with no --nats and no credentials given, lash-admin signs in to the embedded server with the password lash-node keeps there (embedded-password), if any")
 	fs.StringVar(&a.cacheDir, "cache", "", "`directory` of lash-admin's projection cache (default: one per deployment under the user cache directory)")
 	fs.StringVar(&a.config, "config", "", "settings `file`: \"name = value\" lines; lash-node's file will do")
 	if cmd != nil && cmd.settings != nil {

@@ -282,7 +282,20 @@ func connect(s *settings, log *slog.Logger, watch *connWatch, cleanups *[]func()
 	if err != nil {
 		return nil, err
 	}
-	e, err := streams.StartEmbedded(streams.EmbeddedConfig{StoreDir: filepath.Join(s.data, "nats"), Listen: listen, Logger: log})
+	cfg := streams.EmbeddedConfig{StoreDir: filepath.Join(s.data, "nats"), Listen: listen, Logger: log}
+	host, _, _ := net.SplitHostPort(s.listen)
+	if s.embeddedPassword(host) {
+		pw, err := embeddedPassword(s.data)
+		if err != nil {
+			return nil, err
+		}
+		cfg.User, cfg.Password = EmbeddedUser, pw
+		if !loopback(host) {
+			log.Warn("the embedded server listens beyond this host: clients need user "+EmbeddedUser+" and the password in "+
+				filepath.Join(s.data, embeddedPasswordFile), "listen", s.listen)
+		}
+	}
+	e, err := streams.StartEmbedded(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -292,7 +305,7 @@ func connect(s *settings, log *slog.Logger, watch *connWatch, cleanups *[]func()
 		return nil, err
 	}
 	*cleanups = append(*cleanups, func() { watch.close(nc) })
-	log.Info("embedded NATS with JetStream running", "url", e.ClientURL(), "data", s.data, "fsync", "always")
+	log.Info("embedded NATS with JetStream running", "url", e.ClientURL(), "data", s.data, "fsync", "always", "auth", cfg.User != "")
 	return nc, nil
 }
 
@@ -332,4 +345,36 @@ func eventSecret(path, data string) ([]byte, error) {
 		return nil, fmt.Errorf("--event-secret-file %s: %d bytes, at least 32", path, len(b))
 	}
 	return b, nil
+}
+
+// EmbeddedUser is the embedded server's one user when it takes a
+// password; embeddedPasswordFile, in the data directory, holds it.
+const (
+	EmbeddedUser         = "lash"
+	embeddedPasswordFile = "embedded-password"
+)
+
+// embeddedPassword reads the embedded server's password from the data
+// directory, made with 128 random bits on first use. lash-admin on the
+// same machine reads it there.
+func embeddedPassword(data string) (string, error) {
+	path := filepath.Join(data, embeddedPasswordFile)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		b := make([]byte, 16)
+		if _, err := rand.Read(b); err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(path, []byte(hex.EncodeToString(b)+"\n"), 0o600); err != nil {
+			return "", fmt.Errorf("making the embedded server's password: %w", err)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	pw := string(bytes.TrimSpace(b))
+	if pw == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return pw, nil
 }

@@ -50,6 +50,7 @@ type settings struct {
 	maxPayload   cli.Size
 	turnAttempts int
 	eventSecret  string
+	embeddedAuth string
 
 	// Read by check: the provider the settings ask for.
 	model lash.Model
@@ -61,6 +62,7 @@ func newFlagSet(s *settings) *flag.FlagSet {
 	s.conn.Register(fs, "`URL` of the NATS servers to join (comma-separated); empty: start the embedded server")
 	fs.StringVar(&s.data, "data", "lash-data", "`directory` for the embedded server's JetStream files and the node's session projection (a cache, rebuilt from the streams when deleted)")
 	fs.StringVar(&s.listen, "listen", "127.0.0.1:4222", "client `address` of the embedded server, for the nats CLI and other nodes; port 0 picks a free one")
+	fs.StringVar(&s.embeddedAuth, "embedded-auth", "auto", "`mode` of the embedded server's authentication: password (user lash, the password in <data>/embedded-password, made on first start), none (refused unless --listen is loopback), auto (none on loopback, password otherwise)")
 	s.machine.Register(fs)
 	fs.StringVar(&s.script, "script", "", "scripted model: a script `file` (format: provider/scripted), for offline runs")
 	fs.StringVar(&s.baseURL, "base-url", "", "OpenAI-compatible API `URL`, with the /v1 path (default with --model: "+openai.DefaultBaseURL+"); the key is read from "+apiKeyEnv)
@@ -88,7 +90,7 @@ func (s *settings) aliases() map[string][]string { return s.conn.Aliases() }
 var sections = []cli.Section{
 	{Title: "Settings file", Names: []string{"config"}},
 	{Title: "NATS (default: an embedded server)", Names: []string{"nats", "creds", "user", "password", "tls-cert", "tls-key", "tls-ca", "prefix", "replicas"}},
-	{Title: "Local data and the embedded server", Names: []string{"data", "listen"}},
+	{Title: "Local data and the embedded server", Names: []string{"data", "listen", "embedded-auth"}},
 	{Title: "Model provider (give --script, or --model for an OpenAI-compatible API)", Names: []string{"script", "model", "base-url", "model-timeout"}},
 	{Title: "Turns (every node of a deployment must agree)", Names: []string{"system", "max-iterations", "token-budget", "max-tool-failures", "decision-wait"}},
 	{Title: "Node", Names: []string{"node-id", "concurrency", "lease-ttl", "tool-timeout", "tool-refresh", "drain-timeout", "turn-attempts", "event-secret-file"}},
@@ -179,8 +181,18 @@ func (s *settings) check() error {
 		return usage("--tool-refresh, --drain-timeout and --model-timeout cannot be negative")
 	}
 	if s.conn.URL == "" {
-		if _, _, err := net.SplitHostPort(s.listen); err != nil {
+		host, _, err := net.SplitHostPort(s.listen)
+		if err != nil {
 			return usage("--listen %q: want host:port", s.listen)
+		}
+		switch s.embeddedAuth {
+		case "auto", "password":
+		case "none":
+			if !loopback(host) {
+				return usage("--listen %s opens the embedded server beyond this host without authentication: use --embedded-auth password (or auto), or a loopback address", s.listen)
+			}
+		default:
+			return usage("--embedded-auth %q: give password, none or auto", s.embeddedAuth)
 		}
 	}
 	if s.http != "off" {
@@ -242,4 +254,18 @@ func usageLine(err error) string {
 		msg = fmt.Sprintf("%v (lash-node --help lists the settings)", err)
 	}
 	return "lash-node: " + msg
+}
+
+// loopback reports whether host is only reachable from this machine.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// embeddedPassword says whether the embedded server takes a password.
+func (s *settings) embeddedPassword(host string) bool {
+	return s.embeddedAuth == "password" || s.embeddedAuth == "auto" && !loopback(host)
 }
