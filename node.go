@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lash-run/lash/blobs"
@@ -120,6 +121,9 @@ type Node struct {
 	procs    *processes.Registry
 	trigs    *triggers.Triggers
 	router   *triggers.Router
+	// tokenCeiling is a lease bucket revision read: no fencing token on
+	// a log is above the bucket's newest revision.
+	tokenCeiling atomic.Uint64
 	// agents caches the registrations of sub-agents' sessions.
 	agentsMu sync.Mutex
 	agents   map[string]*processes.Process

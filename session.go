@@ -206,6 +206,17 @@ func (s *Session) load(ctx context.Context) (*state, error) {
 // through st.rev even when the read fails part way.
 func (s *Session) fold(ctx context.Context, st *state) error {
 	last, _, err := s.n.log.ReadEntries(ctx, s.id, st.rev+1, func(seq uint64, e *sessionlog.Entry) error {
+		if ok, err := s.n.plausibleToken(ctx, e.Token); err != nil {
+			return err
+		} else if !ok {
+			// No lease ever had this token: not a node's entry. Passing
+			// it over keeps it from fencing every node out (ADR 0027).
+			s.n.opts.logger.Error("session log entry passed over: its fencing token is above every lease's", "session", s.id,
+				"revision", seq, "kind", e.Kind, "token", e.Token, "owner", e.Owner)
+			s.n.observe(Event{Kind: EventInputRefused, Session: s.id, Err: fmt.Errorf("%w: log entry %d with token %d, above every lease's", ErrBadInput, seq, e.Token)})
+			st.rev = seq
+			return nil
+		}
 		switch e.Kind {
 		case sessionlog.KindFence:
 			st.fenced(seq, e.Token)
@@ -323,3 +334,23 @@ func (st *state) remember(uses []sessionlog.InputUse) {
 
 // errStop ends a read early.
 var errStop = errors.New("stop")
+
+// plausibleToken reports whether token can be a lease's fencing token: at
+// most the lease bucket's newest revision. The ceiling is cached and read
+// again only for a token above it.
+func (n *Node) plausibleToken(ctx context.Context, token uint64) (bool, error) {
+	if token <= n.tokenCeiling.Load() {
+		return true, nil
+	}
+	rev, err := n.client.LeaseRevision(ctx)
+	if err != nil {
+		return false, err
+	}
+	for {
+		cur := n.tokenCeiling.Load()
+		if rev <= cur || n.tokenCeiling.CompareAndSwap(cur, rev) {
+			break
+		}
+	}
+	return token <= rev, nil
+}

@@ -140,3 +140,19 @@ func (c *Client) kvErr(op, key string, rev uint64, err error) error {
 	}
 	return fmt.Errorf("streams: %s %s: %w", op, key, err)
 }
+
+// LeaseRevision is the lease bucket's newest revision, as its leader
+// reports it: no lease's fencing token is above it.
+func (c *Client) LeaseRevision(ctx context.Context) (uint64, error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	var info *jetstream.StreamInfo
+	err := retryRead(ctx, func() (err error) {
+		info, err = c.leaseStream.Info(ctx)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("streams: lease bucket info: %w", err)
+	}
+	return info.State.LastSeq, nil
+}
