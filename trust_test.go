@@ -3,11 +3,15 @@ package lash
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/lash-run/lash/sessionlog"
 	"github.com/lash-run/lash/streams"
+	"github.com/lash-run/lash/testenv"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 )
 
 // A fence with a token no lease ever had, and a message that is no entry,
@@ -54,5 +58,87 @@ func TestForgedFenceAndGarbageDoNotBlock(t *testing.T) {
 	}
 	if len(tr) < 3 || tr[len(tr)-1].Text != "Oslo is cold, Lima is grey, Pune is hot." {
 		t.Fatalf("transcript %s", describeTranscript(tr))
+	}
+}
+
+// A client allowed what chatting needs (publish its session's inputs,
+// subscribe _INBOX.> for JetStream's acknowledgements) receives the
+// node's deliveries of other sessions' inputs when the node uses _INBOX
+// too; with a node inbox prefix of its own, it receives nothing of them.
+func TestNodeInboxPrefixKeepsDeliveriesPrivate(t *testing.T) {
+	nodeUser := &server.User{Username: "node", Password: "node-pw"}
+	alice := &server.User{Username: "alice", Password: "alice-pw", Permissions: &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: []string{"lash.sess.alice.in"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX.>"}},
+	}}
+	srv := testenv.RunJetStream(t, testenv.WithOptions(func(o *server.Options) {
+		o.Users = []*server.User{nodeUser, alice}
+	}))
+	connect := func(user, pw string, extra ...nats.Option) *nats.Conn {
+		nc, err := nats.Connect(srv.URL(), append([]nats.Option{nats.UserInfo(user, pw)}, extra...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	for _, c := range []struct {
+		prefix string
+		leaks  bool
+	}{{"", true}, {"_INBOX_lash_nodes", false}} {
+		t.Run("inbox "+map[bool]string{true: "_INBOX", false: c.prefix}[c.prefix == ""], func(t *testing.T) {
+			r := newRig(t)
+			var opts []nats.Option
+			if c.prefix != "" {
+				opts = append(opts, nats.CustomInboxPrefix(c.prefix))
+			}
+			sid := "bob-" + fmt.Sprint(c.leaks)
+			n := r.nodeOn(connect("node", "node-pw", opts...), "node-"+sid)
+			spy := connect("alice", "alice-pw")
+			sub, err := spy.SubscribeSync("_INBOX.>")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Unsubscribe()
+			if err := spy.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(r.ctx)
+			done := make(chan struct{})
+			go func() { n.Serve(ctx); close(done) }()
+			defer func() { cancel(); <-done }()
+			s := n.Session(sid)
+			if _, _, err := s.Send(r.ctx, "k1", Input{Text: "secret plans"}); err != nil {
+				t.Fatal(err)
+			}
+			testenv.WaitFor(t, 20*time.Second, func() error {
+				if ts, err := NewInspector(n.Streams()).Turns(r.ctx, sid); err != nil || len(ts) != 1 {
+					return fmt.Errorf("turns %d, %v", len(ts), err)
+				}
+				return nil
+			})
+			if err := spy.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			// The delivery went out before the turn committed; the flush
+			// returns once alice's connection has queued whatever the
+			// server sent her before it, so what she got is pending now.
+			var leaked []string
+			for {
+				m, err := sub.NextMsg(0)
+				if err != nil {
+					break
+				}
+				if strings.Contains(string(m.Data), "secret plans") {
+					leaked = append(leaked, m.Subject)
+				}
+			}
+			if c.leaks && len(leaked) == 0 {
+				t.Fatal("alice read nothing on _INBOX.> although the node's deliveries travel there: the test shows nothing")
+			}
+			if !c.leaks && len(leaked) > 0 {
+				t.Fatalf("alice read bob's input on %v", leaked)
+			}
+		})
 	}
 }

@@ -300,7 +300,7 @@ func connect(s *settings, log *slog.Logger, watch *connWatch, cleanups *[]func()
 		return nil, err
 	}
 	*cleanups = append(*cleanups, e.Shutdown)
-	nc, err := e.Connect(append(watch.options(log), nats.Name("lash-node"))...)
+	nc, err := e.Connect(append(append(watch.options(log), nats.Name("lash-node")), s.conn.InboxOptions()...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -89,7 +89,7 @@ func (s *settings) aliases() map[string][]string { return s.conn.Aliases() }
 
 var sections = []cli.Section{
 	{Title: "Settings file", Names: []string{"config"}},
-	{Title: "NATS (default: an embedded server)", Names: []string{"nats", "creds", "user", "password", "tls-cert", "tls-key", "tls-ca", "prefix", "replicas"}},
+	{Title: "NATS (default: an embedded server)", Names: []string{"nats", "creds", "user", "password", "tls-cert", "tls-key", "tls-ca", "prefix", "replicas", "inbox-prefix"}},
 	{Title: "Local data and the embedded server", Names: []string{"data", "listen", "embedded-auth"}},
 	{Title: "Model provider (give --script, or --model for an OpenAI-compatible API)", Names: []string{"script", "model", "base-url", "model-timeout"}},
 	{Title: "Turns (every node of a deployment must agree)", Names: []string{"system", "max-iterations", "token-budget", "max-tool-failures", "decision-wait"}},

@@ -3,6 +3,7 @@ package cli
 import (
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/lash-run/lash/streams"
@@ -20,6 +21,9 @@ type Conn struct {
 	TLSCA    string
 	Prefix   string
 	Replicas int
+	// InboxPrefix, if set, replaces _INBOX for this process's replies
+	// and consumer deliveries, so permissions can keep them from others.
+	InboxPrefix string
 }
 
 // Register defines the connection flags on fs. Empty URL means the
@@ -34,6 +38,7 @@ func (c *Conn) Register(fs *flag.FlagSet, urlHelp string) {
 	fs.StringVar(&c.TLSCA, "tls-ca", "", "CA certificate `file` to verify the server")
 	fs.StringVar(&c.Prefix, "prefix", streams.DefaultPrefix, "subject prefix and stream name `prefix` of the deployment")
 	fs.IntVar(&c.Replicas, "replicas", 1, "`replicas` of every stream and bucket (1 on one server, 3 in a cluster)")
+	fs.StringVar(&c.InboxPrefix, "inbox-prefix", "", "subject `prefix` of this process's reply inboxes and consumer deliveries instead of _INBOX, so NATS permissions can keep them from other clients (e.g. _INBOX_lash_nodes)")
 }
 
 // Aliases are the extra environment names the connection flags read.
@@ -50,7 +55,22 @@ func (c *Conn) Validate() error {
 	if c.Creds != "" && c.User != "" {
 		return fmt.Errorf("%w: give --creds or --user, not both", ErrUsage)
 	}
+	if c.InboxPrefix != "" {
+		for _, tok := range strings.Split(c.InboxPrefix, ".") {
+			if tok == "" || strings.ContainsAny(tok, "*> \t\r\n") {
+				return fmt.Errorf("%w: --inbox-prefix %q: subject tokens without wildcards or spaces", ErrUsage, c.InboxPrefix)
+			}
+		}
+	}
 	return nil
+}
+
+// InboxOptions are the nats.go options for the inbox prefix, if any.
+func (c *Conn) InboxOptions() []nats.Option {
+	if c.InboxPrefix == "" {
+		return nil
+	}
+	return []nats.Option{nats.CustomInboxPrefix(c.InboxPrefix)}
 }
 
 // Streams is the deployment's stream configuration.
@@ -60,7 +80,7 @@ func (c *Conn) Streams() streams.Config {
 
 // Options are the nats.go options the settings ask for.
 func (c *Conn) Options(name string) []nats.Option {
-	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+	opts := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}, c.InboxOptions()...)
 	if c.Creds != "" {
 		opts = append(opts, nats.UserCredentials(c.Creds))
 	}

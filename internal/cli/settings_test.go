@@ -166,6 +166,8 @@ func TestValidate(t *testing.T) {
 	}{
 		{name: "bad prefix", conn: Conn{Prefix: "Bad.Prefix", Replicas: 1}, want: "prefix"},
 		{name: "tls halves", conn: Conn{Prefix: "lash", Replicas: 1, TLSCert: "c"}, want: "--tls-cert and --tls-key"},
+		{name: "inbox wildcard", conn: Conn{Prefix: "lash", Replicas: 1, InboxPrefix: "_INBOX.*"}, want: "--inbox-prefix"},
+		{name: "inbox empty token", conn: Conn{Prefix: "lash", Replicas: 1, InboxPrefix: "_INBOX..x"}, want: "--inbox-prefix"},
 		{name: "creds and user", conn: Conn{Prefix: "lash", Replicas: 1, Creds: "f", User: "u"}, want: "--creds or --user"},
 		{name: "iterations", m: Machine{MaxIterations: 0}, want: "--max-iterations"},
 		{name: "negative budget", m: Machine{MaxIterations: 1, TokenBudget: -1}, want: "negative"},
