@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -48,6 +49,12 @@ func (r *requestLog) count(key string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.codes[key]
+}
+
+func (r *requestLog) snapshot() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.codes)
 }
 
 type apiRig struct {
@@ -193,11 +200,16 @@ func TestEndpoints(t *testing.T) {
 	if now, _ := r.node.Streams().LastSeq(ctx, streams.Sessions); now != last {
 		t.Fatalf("a consumed key was appended again")
 	}
-	for _, key := range []string{"submit 200", "submit 409", "status 200", "decide 200", "decide 400", "cancel 200", "info 200"} {
-		if r.reqs.count(key) == 0 {
-			t.Errorf("no request %q counted: %v", key, r.reqs.codes)
+	// A request is counted once its answer is sent: the last one may be
+	// counted a moment after its client read the answer.
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		for _, key := range []string{"submit 200", "submit 409", "status 200", "decide 200", "decide 400", "cancel 200", "info 200"} {
+			if r.reqs.count(key) == 0 {
+				return fmt.Errorf("no request %q counted: %v", key, r.reqs.snapshot())
+			}
 		}
-	}
+		return nil
+	})
 }
 
 // Every kind of bad request is refused with its code and a one-line
