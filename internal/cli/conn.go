@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -30,7 +32,7 @@ type Conn struct {
 // command's own default (lash-node starts an embedded server).
 func (c *Conn) Register(fs *flag.FlagSet, urlHelp string) {
 	fs.StringVar(&c.URL, "nats", "", urlHelp)
-	fs.StringVar(&c.Creds, "creds", "", "NATS credentials `file`")
+	fs.StringVar(&c.Creds, "creds", "", "NATS credentials `file`: a user JWT with its seed, or a bare nkey seed (SU...)")
 	fs.StringVar(&c.User, "user", "", "NATS `user`")
 	fs.StringVar(&c.Password, "password", "", "NATS `password`")
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "client certificate `file` for TLS")
@@ -82,7 +84,7 @@ func (c *Conn) Streams() streams.Config {
 func (c *Conn) Options(name string) []nats.Option {
 	opts := append([]nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}, c.InboxOptions()...)
 	if c.Creds != "" {
-		opts = append(opts, nats.UserCredentials(c.Creds))
+		opts = append(opts, credsOption(c.Creds))
 	}
 	if c.User != "" {
 		opts = append(opts, nats.UserInfo(c.User, c.Password))
@@ -107,4 +109,19 @@ func (c *Conn) Connect(name, url string, extra ...nats.Option) (*nats.Conn, erro
 		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
 	}
 	return nc, nil
+}
+
+// credsOption signs in with a credentials file (a user JWT and its nkey
+// seed), or with a bare nkey seed file (a user of a server configured
+// with nkeys).
+func credsOption(path string) nats.Option {
+	b, err := os.ReadFile(path)
+	if err == nil && bytes.HasPrefix(bytes.TrimSpace(b), []byte("SU")) && !bytes.Contains(b, []byte("BEGIN NATS USER JWT")) {
+		if opt, err := nats.NkeyOptionFromSeed(path); err == nil {
+			return opt
+		}
+	}
+	// A credentials file, or one that is neither: nats.go says what is
+	// wrong with it when it connects.
+	return nats.UserCredentials(path)
 }
