@@ -44,6 +44,8 @@ type command struct {
 	// invalid usage is refused the same with or without a server.
 	check func(a *app, args []string) error
 	run   func(a *app, args []string) error
+	// offline commands need no server.
+	offline bool
 }
 
 // commands lists the commands in the order help shows them.
@@ -55,7 +57,7 @@ func commands() []*command {
 		triggersReviveCmd, triggersOccurrencesCmd, triggersDeliveriesCmd, triggersScheduleCmd, triggersUnscheduleCmd,
 		triggersSchedulesCmd, waitsLsCmd, waitsCancelCmd, waitsRevokeCmd,
 		leasesLsCmd, nodesLsCmd, streamsCmd, quarantineLsCmd,
-		sendCmd, decideCmd, cancelCmd, signalCmd, rebuildCmd, verifyCmd}
+		sendCmd, decideCmd, cancelCmd, signalCmd, rebuildCmd, verifyCmd, permissionsCmd}
 }
 
 // app is one run of lash-admin.
@@ -84,6 +86,8 @@ type app struct {
 	// limit and after page sessions ls.
 	limit int
 	after string
+	// perm: the permissions command's flags.
+	perm permFlags
 	// status, session and reason: the processes commands' flags.
 	status, session, reason string
 	olderThan               time.Duration
@@ -236,8 +240,10 @@ func (a *app) main(args []string) error {
 			return err
 		}
 	}
-	if err := a.connect(); err != nil {
-		return err
+	if !cmd.offline {
+		if err := a.connect(); err != nil {
+			return err
+		}
 	}
 	return cmd.run(a, pos)
 }

@@ -1,0 +1,186 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/lash-run/lash/streams"
+)
+
+// permFlags are the permissions command's flags.
+type permFlags struct {
+	sessions, signals, tools, nodeInbox string
+}
+
+var permissionsCmd = &command{
+	name:    "permissions",
+	summary: "NATS server permissions for lash's roles, as a config snippet",
+	doc: `Prints an "authorization" block for nats-server's configuration with one user per role:
+lash-node (nodes) and lash-admin (operators), who write durable truth and use the
+JetStream API; a client per session (--sessions), who may append inputs to its session
+and read its live events and its own replies, nothing else; a signal publisher per
+source type (--signals); a tool server per tool (--tools). Passwords are environment
+variables of the server (LASH_PW_<USER>, upper case): set them, or replace them.
+
+Nodes and lash-admin must run with --inbox-prefix set to --node-inbox: their replies and
+consumer deliveries (other sessions' inputs) then travel where only they may subscribe,
+while clients subscribe to _INBOX.> for their own. The node API (<prefix>.api.*) is for
+trusted programs: it names any session, so clients get none of it.`,
+	flags: func(a *app, fs *flag.FlagSet) {
+		fs.StringVar(&a.perm.sessions, "sessions", "SESSION", "comma-separated `ids` of the sessions to make a client user for")
+		fs.StringVar(&a.perm.signals, "signals", "", "comma-separated signal source `types` to make a publisher user for")
+		fs.StringVar(&a.perm.tools, "tools", "", "comma-separated `names` of tools served over NATS to make a tool-server user for")
+		fs.StringVar(&a.perm.nodeInbox, "node-inbox", "_INBOX_lash", "the inbox `prefix` nodes and lash-admin use (their --inbox-prefix)")
+	},
+	check: func(a *app, _ []string) error {
+		for _, list := range []string{a.perm.sessions, a.perm.signals, a.perm.tools} {
+			for _, id := range splitList(list) {
+				if err := streams.CheckID(id); err != nil {
+					return a.usagef("%v", err)
+				}
+			}
+		}
+		return nil
+	},
+	offline: true,
+	run:     runPermissions,
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// permUser is one user of the template.
+type permUser struct {
+	comment, name  string
+	pub, sub       []string
+	allowResponses bool
+}
+
+// permissionUsers are the template's users for the deployment's prefix.
+func permissionUsers(prefix string, f permFlags) ([]permUser, error) {
+	users := []permUser{
+		{comment: "nodes: durable truth, the JetStream API, their own inboxes (run them with --inbox-prefix " + f.nodeInbox + ")",
+			name: "lash-node", pub: []string{">"}, sub: []string{">"}},
+		{comment: "operators: lash-admin (run it with --inbox-prefix " + f.nodeInbox + ")",
+			name: "lash-admin", pub: []string{">"}, sub: []string{">"}},
+	}
+	for _, s := range splitList(f.sessions) {
+		tok, err := streams.Token(s)
+		if err != nil {
+			return nil, err
+		}
+		users = append(users, permUser{
+			comment: fmt.Sprintf("a client of session %s: its inputs (text, decisions, cancels), its live events, its own replies", s),
+			name:    "client-" + tok,
+			pub:     []string{prefix + ".sess." + tok + ".in"},
+			sub:     []string{prefix + ".live." + tok, "_INBOX.>"},
+		})
+	}
+	for _, typ := range splitList(f.signals) {
+		tok, err := streams.Token(typ)
+		if err != nil {
+			return nil, err
+		}
+		users = append(users, permUser{
+			comment: "a publisher of " + typ + " signals",
+			name:    "signals-" + tok,
+			pub:     []string{prefix + ".signal." + tok, prefix + ".signal." + tok + ".>"},
+			sub:     []string{"_INBOX.>"},
+		})
+	}
+	for _, tool := range splitList(f.tools) {
+		tok, err := streams.Token(tool)
+		if err != nil {
+			return nil, err
+		}
+		users = append(users, permUser{
+			comment:        "a tool server for " + tool + ": its endpoint and the micro discovery nodes use",
+			name:           "tool-" + tok,
+			pub:            []string{"$SRV.>"},
+			sub:            []string{prefix + ".tool." + tok, "$SRV.>"},
+			allowResponses: true,
+		})
+	}
+	return users, nil
+}
+
+// envName is the environment variable holding a user's password.
+func envName(user string) string {
+	var b strings.Builder
+	b.WriteString("LASH_PW_")
+	for _, r := range strings.ToUpper(user) {
+		if r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
+}
+
+// permissionsConfig renders users as an authorization block.
+func permissionsConfig(prefix string, users []permUser) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# lash permissions for the deployment with prefix %q, from lash-admin permissions.\n", prefix)
+	b.WriteString("# Passwords come from the server's environment: set each LASH_PW_* variable.\n")
+	b.WriteString("authorization {\n  users = [\n")
+	quote := func(list []string) string {
+		q := make([]string, len(list))
+		for i, s := range list {
+			q[i] = fmt.Sprintf("%q", s)
+		}
+		return "[" + strings.Join(q, ", ") + "]"
+	}
+	for _, u := range users {
+		fmt.Fprintf(&b, "    # %s\n", u.comment)
+		fmt.Fprintf(&b, "    {user: %q, password: $%s, permissions: {\n", u.name, envName(u.name))
+		fmt.Fprintf(&b, "      publish: {allow: %s}\n", quote(u.pub))
+		fmt.Fprintf(&b, "      subscribe: {allow: %s}\n", quote(u.sub))
+		if u.allowResponses {
+			b.WriteString("      allow_responses: true\n")
+		}
+		b.WriteString("    }}\n")
+	}
+	b.WriteString("  ]\n}\n")
+	return b.String()
+}
+
+func runPermissions(a *app, _ []string) error {
+	prefix := a.conn.Streams().Prefix
+	if prefix == "" {
+		prefix = streams.DefaultPrefix
+	}
+	users, err := permissionUsers(prefix, a.perm)
+	if err != nil {
+		return err
+	}
+	conf := permissionsConfig(prefix, users)
+	if a.json {
+		type userJSON struct {
+			User      string   `json:"user"`
+			Password  string   `json:"password_env"`
+			Publish   []string `json:"publish"`
+			Subscribe []string `json:"subscribe"`
+			Responses bool     `json:"allow_responses,omitempty"`
+		}
+		out := struct {
+			Users  []userJSON `json:"users"`
+			Config string     `json:"config"`
+		}{Config: conf}
+		for _, u := range users {
+			out.Users = append(out.Users, userJSON{u.name, envName(u.name), u.pub, u.sub, u.allowResponses})
+		}
+		return a.emit(out, nil)
+	}
+	_, err = io.WriteString(a.stdout, conf)
+	return err
+}

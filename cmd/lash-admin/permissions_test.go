@@ -1,0 +1,198 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/lash-run/lash"
+	"github.com/lash-run/lash/provider/scripted"
+	"github.com/lash-run/lash/streams"
+	"github.com/lash-run/lash/testenv"
+	"github.com/lash-run/lash/turn"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// A real nats-server configured with the template lash-admin permissions
+// prints: the node and lash-admin work, a client chats in its own session
+// and reads its own live events, and everything a hostile client tried
+// on an open deployment is refused (forged log entries, journal records,
+// inputs for another session, signals, reading another session's inputs
+// or live events, the JetStream API).
+func TestPermissionsTemplate(t *testing.T) {
+	bin := buildAdmin(t, t.TempDir())
+	a := &admin{t: t, bin: bin, url: "nats://127.0.0.1:1", cache: t.TempDir()}
+	conf := a.ok("permissions", "--sessions", "s1,s2")
+	path := filepath.Join(t.TempDir(), "auth.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pw := map[string]string{"lash-node": "node-pw", "lash-admin": "admin-pw", "client-s1": "s1-pw", "client-s2": "s2-pw"}
+	for user, p := range pw {
+		t.Setenv(envName(user), p)
+	}
+	parsed, err := server.ProcessConfigFile(path)
+	if err != nil {
+		t.Fatalf("the template does not load: %v\n%s", err, conf)
+	}
+	srv := testenv.RunJetStream(t, testenv.WithOptions(func(o *server.Options) { o.Users = parsed.Users }))
+	var violations sync.Map
+	connect := func(user string, extra ...nats.Option) *nats.Conn {
+		opts := append([]nats.Option{nats.UserInfo(user, pw[user]), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			violations.Store(user+": "+err.Error(), true)
+		})}, extra...)
+		nc, err := nats.Connect(srv.URL(), opts...)
+		if err != nil {
+			t.Fatalf("%s: %v", user, err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+
+	// The node, on its own inbox prefix.
+	ctx := context.Background()
+	n, err := lash.Open(ctx, lash.WithConn(connect("lash-node", nats.CustomInboxPrefix("_INBOX_lash"))), lash.WithNodeID("node-a"),
+		lash.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), lash.WithModel(scripted.NewModel(scripted.MustParse(script))),
+		lash.WithTools(registry(t)), lash.WithMachine(turn.Config{Model: "scripted", System: system}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close(context.Background()) })
+	sctx, stop := context.WithCancel(ctx)
+	served := make(chan struct{})
+	go func() { n.Serve(sctx); close(served) }()
+	t.Cleanup(func() { stop(); <-served })
+
+	// The clients: s1 watches its live events and everything on _INBOX.
+	s1, s2 := connect("client-s1"), connect("client-s2")
+	live, err := s1.SubscribeSync("lash.live.s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inbox, err := s1.SubscribeSync("_INBOX.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s1.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		nc      *nats.Conn
+		session string
+		text    string
+	}{{s1, "s1", "weather in Oslo?"}, {s2, "s2", "transfer 100 to bob"}} {
+		js, err := jetstreamOf(c.nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.Publish("lash.sess."+c.session+".in", []byte(`{"text":"`+c.text+`"}`), nats.MsgId(c.session+"-k1")); err != nil {
+			t.Fatalf("client of %s appending its input: %v", c.session, err)
+		}
+	}
+	ops := n.Streams()
+	testenv.WaitFor(t, 20*time.Second, func() error {
+		for _, s := range []string{"s1", "s2"} {
+			if ts, err := lash.NewInspector(ops).Turns(ctx, s); err != nil || len(ts) != 1 {
+				return errors.New("turns not committed yet")
+			}
+		}
+		return nil
+	})
+	if m, err := live.NextMsg(5 * time.Second); err != nil || !strings.Contains(string(m.Data), "turn") {
+		t.Fatalf("s1's client reading its live events: %v", err)
+	}
+
+	// What a hostile client of s1 tries: none of it lands.
+	heads := func() map[string]uint64 {
+		out := map[string]uint64{}
+		for _, st := range []streams.Stream{streams.Sessions, streams.Effects, streams.Triggers} {
+			seq, err := ops.LastSeq(ctx, st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[ops.StreamName(st)] = seq
+		}
+		return out
+	}
+	before := heads()
+	for _, subj := range []string{
+		"lash.sess.s2.ev",                    // a forged commit
+		"lash.sess.s1.ev",                    // a forged fence on its own session
+		"lash.fx.s2.in-9.2._.r",              // a journal record for a turn to come
+		"lash.sess.s2.in",                    // a decision or input for another session
+		"lash.signal.deploy.42",              // a signal
+		"lash.trig.sub.sub-x",                // a trigger subscription
+		"$JS.API.STREAM.PURGE.LASH_SESSIONS", // the JetStream API
+	} {
+		if err := s1.Publish(subj, []byte(`{"decisions":[{"id":"d","call_id":"call_1","action":"resume"}]}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, subj := range []string{"lash.sess.s2.in", "lash.live.s2", "lash.sess.s2.ev", "_INBOX_lash.>"} {
+		if _, err := s1.SubscribeSync(subj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s1.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s1.Request("$JS.API.STREAM.MSG.GET.LASH_SESSIONS", []byte(`{"last_by_subj":"lash.sess.s2.in"}`), time.Second); err == nil {
+		t.Fatal("s1's client read another session's input through the JetStream API")
+	}
+	if after := heads(); !mapsEqual(before, after) {
+		t.Fatalf("a hostile client's publishes were stored: before %v, after %v", before, after)
+	}
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		n := 0
+		violations.Range(func(k, _ any) bool {
+			if strings.Contains(strings.ToLower(k.(string)), "permissions violation") {
+				n++
+			}
+			return true
+		})
+		if n < 4 {
+			return errors.New("the refused subscriptions are not all reported yet")
+		}
+		return nil
+	})
+	// Nothing of s2 reached s1 on _INBOX.>: the node's deliveries travel on
+	// its own prefix.
+	for {
+		m, err := inbox.NextMsg(0)
+		if err != nil {
+			break
+		}
+		if strings.Contains(string(m.Data), "transfer 100") {
+			t.Fatalf("s1's client read s2's input on %s", m.Subject)
+		}
+	}
+
+	// lash-admin, as the operator.
+	op := &admin{t: t, bin: bin, url: srv.URL(), cache: t.TempDir()}
+	out := op.ok("--user", "lash-admin", "--password", pw["lash-admin"], "--inbox-prefix", "_INBOX_lash", "sessions", "ls")
+	if !strings.Contains(out, "s1") || !strings.Contains(out, "s2") {
+		t.Fatalf("lash-admin sessions ls:\n%s", out)
+	}
+}
+
+func mapsEqual(a, b map[string]uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func jetstreamOf(nc *nats.Conn) (nats.JetStreamContext, error) { return nc.JetStream() }
