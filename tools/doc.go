@@ -38,7 +38,14 @@
 //     the ticket, and the turn suspends it. When a decision resumes it in
 //     turn.ResumePassToTool mode, the call runs again with
 //     CallInfo.Decision set, and the tool reads Decision.Payload.
-//  6. Interruption is not an outcome. When the context given to the Runner
+//  6. Durable work. A node gives the calls it runs a Durable (ADR 0026):
+//     Step runs a function once per call and step id and journals its JSON
+//     result, so a call run again in doubt gets the recorded result without
+//     repeating the effect; EventKey and AwaitEvent wait for an outsider's
+//     event by a signed key, parking the call (a pending result) until the
+//     event is resolved, times out, or is cancelled or revoked, and the call
+//     runs again. Outside a node they return ErrNoDurable.
+//  7. Interruption is not an outcome. When the context given to the Runner
 //     ends (the worker is draining, the turn was cancelled), unfinished
 //     calls return ErrInterrupted instead of a result. The driver records
 //     nothing for them; they run again, in doubt, when the turn resumes.

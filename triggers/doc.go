@@ -36,6 +36,11 @@
 // its sweep registers the process of reservations left without a started
 // mark by a node that died between the two.
 //
+// Schedules (schedules.go, ADR 0025) make time a source: a named
+// repeating message schedule on the TIMERS stream whose ticks nodes
+// publish as the signals <prefix>.signal.cron.<name>, one occurrence per
+// tick.
+//
 // Bounds: keys and operation ids 256 bytes; source patterns 16 tokens;
 // fixed tool arguments 16 KiB; signal payloads 64 KiB of JSON; 256
 // deliveries per occurrence (further matches are listed as undelivered);
