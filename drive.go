@@ -84,6 +84,9 @@ func (d *drive) run(ctx context.Context, st *state, in Input, recs []*effectlog.
 	d.state = st
 	d.recorded = make(map[turn.ReplayKey]*effectlog.Record, len(recs))
 	for _, r := range recs {
+		if err := d.attributed(ctx, r); err != nil {
+			return turn.Outcome{}, err
+		}
 		d.recorded[r.Key] = r
 	}
 	d.interrupt = d.watch(st)
@@ -214,6 +217,11 @@ func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) 
 	rec, won, err := n.journal.Record(ctx, h.Key, h.Hash, effectlog.Outcome{Data: data, Intends: intends})
 	if err != nil {
 		return nil, err
+	}
+	if !won {
+		if err := d.attributed(ctx, rec); err != nil {
+			return nil, err
+		}
 	}
 	if a, err = decodeAnswer(rec.Outcome.Data); err != nil { // the winner's answer
 		return nil, err
@@ -543,6 +551,11 @@ func (d *drive) recordCall(ctx context.Context, pc turn.PendingCall, a *answer) 
 	if err != nil {
 		return nil, false, err
 	}
+	if !won {
+		if err := d.attributed(ctx, rec); err != nil {
+			return nil, false, err
+		}
+	}
 	a, err = callAnswer(rec, pc.Key)
 	return a, won, err
 }
@@ -618,4 +631,32 @@ func (d *drive) toolCall(ctx, ectx context.Context, pc turn.PendingCall, cause i
 	d.mu.Unlock()
 	n.observe(Event{Kind: EventEffectExecuted, Session: d.s.id, Turn: d.turn, Effect: turn.KindToolCalls.String(), Took: took})
 	return a, won, nil
+}
+
+// attributed checks that a record another writer stored was written by a
+// run of this turn: one that fenced the session since its last commit
+// (ADR 0027). A run that fenced after this one read the log (a takeover)
+// is found by reading the log again; a record no run of the turn wrote is
+// set aside by failing the turn, never replayed as its outcome.
+func (d *drive) attributed(ctx context.Context, rec *effectlog.Record) error {
+	n, st := d.s.n, d.state
+	if rec.Recorder == n.runName || rec.Recorder != "" && slices.Contains(st.runs, rec.Recorder) {
+		return nil
+	}
+	found := false
+	_, _, err := n.log.ReadEntries(ctx, d.s.id, st.settled+1, func(_ uint64, e *sessionlog.Entry) error {
+		if e.Kind == sessionlog.KindFence && e.Owner == rec.Recorder && rec.Recorder != "" {
+			found = true
+			return errStop
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errStop) {
+		return err
+	}
+	if found {
+		st.runs = append(st.runs, rec.Recorder)
+		return nil
+	}
+	return terminal(FailUnreadableJournal, fmt.Errorf("journal record %s was written by %q, which never fenced this turn: set aside, not replayed", rec.Key, rec.Recorder))
 }

@@ -205,7 +205,7 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 			return nil, st.cursor, err
 		}
 	}
-	st.fenced(pos.Seq(), pos.Token())
+	st.fenced(pos.Seq(), pos.Token(), n.runName)
 	if err := s.boundary("fence"); err != nil {
 		return nil, st.cursor, err
 	}
@@ -234,7 +234,7 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 		if pos, err = n.log.Refence(ctx, pos, n.runName); err != nil {
 			return results, st.cursor, err
 		}
-		st.fenced(pos.Seq(), pos.Token())
+		st.fenced(pos.Seq(), pos.Token(), n.runName)
 		attempt, f, recorded, fresh = 1, nil, nil, true
 	}
 	return results, st.cursor, nil

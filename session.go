@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/lash-run/lash/blobs"
 	"github.com/lash-run/lash/sessionlog"
@@ -169,6 +170,10 @@ type state struct {
 	// attempts counts fences since the last commit or consume: runs that
 	// began the next turn and did not finish it.
 	attempts int
+	// runs names the runs that fenced since the last commit or consume,
+	// at revision settled: only they record the next turn's effects.
+	runs    []string
+	settled uint64
 }
 
 // fresh reports whether the next turn's journal is known to be empty: no
@@ -219,7 +224,7 @@ func (s *Session) fold(ctx context.Context, st *state) error {
 		}
 		switch e.Kind {
 		case sessionlog.KindFence:
-			st.fenced(seq, e.Token)
+			st.fenced(seq, e.Token, e.Owner)
 		case sessionlog.KindCommit:
 			b, err := s.body(ctx, seq, e)
 			if err != nil {
@@ -280,11 +285,14 @@ func newState(id string) *state {
 	return &state{id: id, keys: map[string]keyUse{}}
 }
 
-// fenced applies a fence at revision seq.
-func (st *state) fenced(seq, token uint64) {
+// fenced applies a fence at revision seq by the run owner.
+func (st *state) fenced(seq, token uint64, owner string) {
 	st.rev, st.newest = seq, max(st.newest, token)
 	st.since++
 	st.attempts++
+	if owner != "" && !slices.Contains(st.runs, owner) {
+		st.runs = append(st.runs, owner)
+	}
 }
 
 // committed applies a turn's commit at revision seq; b is nil for a commit
@@ -292,7 +300,7 @@ func (st *state) fenced(seq, token uint64) {
 func (st *state) committed(seq, token uint64, settings []byte, b *sessionlog.TurnBody) {
 	st.rev, st.newest, st.lastSettings = seq, max(st.newest, token), settings
 	st.since++
-	st.attempts = 0
+	st.attempts, st.runs, st.settled = 0, nil, seq
 	if b == nil {
 		return
 	}
@@ -311,7 +319,7 @@ func (st *state) committed(seq, token uint64, settings []byte, b *sessionlog.Tur
 func (st *state) consumed(seq, token uint64, settings []byte, b *sessionlog.ConsumeBody) {
 	st.rev, st.newest, st.lastSettings = seq, max(st.newest, token), settings
 	st.since++
-	st.attempts = 0
+	st.attempts, st.runs, st.settled = 0, nil, seq
 	if b == nil {
 		return
 	}

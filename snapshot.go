@@ -65,6 +65,9 @@ func decodeState(id string, data []byte) (*state, error) {
 	st := newState(id)
 	st.rev, st.newest, st.history, st.digest, st.suspended = ss.Rev, ss.Newest, ss.History, ss.Digest, ss.Suspended
 	st.cursor, st.turns, st.usage, st.attempts = ss.Cursor, ss.Turns, ss.Usage, ss.Attempts
+	// Snapshots are taken at a commit; runs that fenced after it are
+	// folded from the log.
+	st.settled = ss.Rev
 	st.size = messageBytes(st.history)
 	st.lastSettings = ss.Settings
 	for _, k := range ss.Keys {

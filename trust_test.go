@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lash-run/lash/effectlog"
 	"github.com/lash-run/lash/sessionlog"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/testenv"
+	"github.com/lash-run/lash/turn"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 )
@@ -140,5 +142,65 @@ func TestNodeInboxPrefixKeepsDeliveriesPrivate(t *testing.T) {
 				t.Fatalf("alice read bob's input on %v", leaked)
 			}
 		})
+	}
+}
+
+// A journal record published ahead of a turn by someone who never fenced
+// it (here: the first model answer of a fresh session, whose request is
+// the same in every session) is not replayed as the model's answer: the
+// turn fails with the record set aside, and the session goes on.
+func TestForgedJournalRecordSetAside(t *testing.T) {
+	r := newRig(t)
+	n := r.node("a")
+	ctx := r.ctx
+	probe := n.Session("probe")
+	seq, _, err := probe.Send(ctx, "k1", Input{Text: "Weather?"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := probe.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	recs, err := effectlog.New(n.Streams()).Load(ctx, "probe", turnID(seq))
+	if err != nil || len(recs) == 0 {
+		t.Fatalf("probe's journal: %d records, %v", len(recs), err)
+	}
+	var model *effectlog.Record
+	for _, rec := range recs {
+		if rec.Key.Kind == turn.KindLLMCall && (model == nil || rec.Key.Effect < model.Key.Effect) {
+			model = rec
+		}
+	}
+	victim := n.Session("victim")
+	vseq, _, err := victim.Send(ctx, "k1", Input{Text: "Weather?"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostile, err := streams.Open(ctx, r.conn(), streams.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := model.Key
+	key.Session, key.Turn = "victim", turnID(vseq)
+	if _, won, err := effectlog.New(hostile, effectlog.WithRecorder("mallory")).Record(ctx, key, model.Hash, model.Outcome); err != nil || !won {
+		t.Fatalf("forging: %v %v", won, err)
+	}
+	calls := r.models.Requests()
+	res, err := victim.Run(ctx)
+	if err != nil || len(res) != 1 {
+		t.Fatalf("the victim's turn: %+v, %v", res, err)
+	}
+	ts, err := NewInspector(n.Streams()).Turns(ctx, "victim")
+	if err != nil || len(ts) != 1 || !ts[0].Failed || !strings.Contains(ts[0].Termination.Detail, "mallory") {
+		t.Fatalf("turns %+v, %v; want the turn failed, the record set aside", ts, err)
+	}
+	if r.models.Requests() == calls {
+		t.Fatal("the model was never called: the forged answer was taken")
+	}
+	if _, _, err := victim.Send(ctx, "k2", Input{Text: "Weather now?"}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := victim.Run(ctx); err != nil || len(res) != 1 || res[0].Outcome.Termination.Reason != turn.NaturalEnd {
+		t.Fatalf("the next turn: %+v, %v", res, err)
 	}
 }
