@@ -16,9 +16,11 @@ import (
 	"github.com/lash-run/lash/provider/scripted"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/testenv"
+	"github.com/lash-run/lash/tools/natstool"
 	"github.com/lash-run/lash/turn"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 )
 
 // A real nats-server configured with the template lash-admin permissions
@@ -30,12 +32,13 @@ import (
 func TestPermissionsTemplate(t *testing.T) {
 	bin := buildAdmin(t, t.TempDir())
 	a := &admin{t: t, bin: bin, url: "nats://127.0.0.1:1", cache: t.TempDir()}
-	conf := a.ok("permissions", "--sessions", "s1,s2")
+	conf := a.ok("permissions", "--sessions", "s1,s2", "--tools", "ledger_append")
 	path := filepath.Join(t.TempDir(), "auth.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	pw := map[string]string{"lash-node": "node-pw", "lash-admin": "admin-pw", "client-s1": "s1-pw", "client-s2": "s2-pw"}
+	pw := map[string]string{"lash-node": "node-pw", "lash-admin": "admin-pw", "client-s1": "s1-pw", "client-s2": "s2-pw",
+		"tool-ledger_append": "tool-pw"}
 	for user, p := range pw {
 		t.Setenv(envName(user), p)
 	}
@@ -173,6 +176,23 @@ func TestPermissionsTemplate(t *testing.T) {
 		if strings.Contains(string(m.Data), "transfer 100") {
 			t.Fatalf("s1's client read s2's input on %s", m.Subject)
 		}
+	}
+
+	// A tool server, as its role allows: nodes find its tool and call it.
+	ledger, err := natstool.Serve(connect("tool-ledger_append"), "lash", micro.Config{Name: "ledger", Version: "1.0.0"}, natstool.Served{
+		Name: "ledger_append", Description: "append to the ledger", Schema: []byte(`{"type":"object"}`),
+		Handle: func(context.Context, natstool.Request) (string, error) { return "appended", nil },
+	})
+	if err != nil {
+		t.Fatalf("the tool server: %v", err)
+	}
+	defer ledger.Stop()
+	found, err := natstool.Discover(ctx, connect("lash-node", nats.CustomInboxPrefix("_INBOX_lash")), "lash")
+	if err != nil || len(found) != 1 {
+		t.Fatalf("nodes discovering the tool: %d tools, %v", len(found), err)
+	}
+	if out, err := found[0].Call(ctx, []byte(`{}`)); err != nil || out.Output != "appended" {
+		t.Fatalf("a node calling the tool: %q, %v", out, err)
 	}
 
 	// lash-admin, as the operator.
