@@ -178,6 +178,11 @@ func (n *Node) parkedCall(ctx context.Context, session, call string) (pc parkedC
 	if err := n.projectionCaughtUp(ctx); err != nil {
 		return pc, false, false, err
 	}
+	return n.parkedFolded(session, call)
+}
+
+// parkedFolded is parkedCall on what the projection has folded already.
+func (n *Node) parkedFolded(session, call string) (pc parkedCall, found, pending bool, err error) {
 	h, err := n.proj.Session(session)
 	if errors.Is(err, projector.ErrNotFound) || errors.Is(err, streams.ErrBadID) {
 		return pc, false, false, nil

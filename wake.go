@@ -176,12 +176,19 @@ func (n *Node) wakeWaits(ctx context.Context, m *streams.Msg) error {
 	if err != nil {
 		return err
 	}
+	if len(waits) == 0 {
+		return nil
+	}
+	// One catch-up for all of them: the waits' commits are folded by then.
+	if err := n.projectionCaughtUp(ctx); err != nil {
+		return err
+	}
 	for _, w := range waits {
 		session, call, err := subj.SignalWaitOf(w)
 		if err != nil {
 			continue
 		}
-		pc, found, pending, err := n.parkedCall(ctx, session, call)
+		pc, found, pending, err := n.parkedFolded(session, call)
 		if err != nil {
 			return err
 		}
@@ -296,16 +303,6 @@ func wakeID(call string) string {
 	}
 	sum := sha256.Sum256([]byte(call))
 	return "wake:" + hex.EncodeToString(sum[:])
-}
-
-// parked lists every call parked on a built-in ticket, as the projection
-// knows them once it has folded everything the stream holds now: for
-// operators; waking never lists them all.
-func (n *Node) parked(ctx context.Context) ([]parkedCall, error) {
-	if err := n.projectionCaughtUp(ctx); err != nil {
-		return nil, err
-	}
-	return parkedIn(n.proj)
 }
 
 func parkedIn(p *projector.Projector) ([]parkedCall, error) {

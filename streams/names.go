@@ -356,16 +356,6 @@ func (s Subjects) SignalWaitOf(subject string) (session, call string, err error)
 func (s Subjects) EventResolution(id string) (string, error) { return s.trig("res", id) }
 func (s Subjects) EventWait(id string) (string, error)       { return s.trig("await", id) }
 
-// EventSignal is where an outsider resolves an event: a signal of source
-// type "event" whose key is the event's id.
-func (s Subjects) EventSignal(id string) (string, error) {
-	t, err := mustTokens(id)
-	if err != nil {
-		return "", err
-	}
-	return s.prefix + ".signal.event." + t[0], nil
-}
-
 // EffectStep is the journal subject of a durable step of a tool call:
 // scope is the call's session (or "_host"), call its id, step the tool's
 // name for the step. The first message is the recorded result.

@@ -60,8 +60,8 @@ signal on <prefix>.signal.<source> is delivered to it once, as a process: a tool
 (--tool, with --args and the event under --payload-arg) or a sub-agent's task
 (--agent INSTRUCTIONS, in a session of its own). --wake names a session told when the
 process ends. Registering the same definition again changes nothing; another
-definition under the same key is refused (update it with a new registration under
-another key, or delete and revive).`,
+definition under the same key is refused (register it under another key; delete the
+old one if it should stop).`,
 	min: 1, max: 1,
 	flags: func(a *app, fs *flag.FlagSet) {
 		fs.StringVar(&a.trig.source, "source", "", "the signals to match: `TYPE[.KEY]` below <prefix>.signal. ('*' one token, '>' the rest)")
