@@ -349,6 +349,6 @@ func EndEvent(ctx context.Context, c *streams.Client, id string, revoke bool, by
 	if err != nil {
 		return first, err
 	}
-	_, _, err = sessionlog.New(c).AppendInput(ctx, w.Session, key, data)
+	_, _, err = sessionlog.New(c).AppendDecision(ctx, w.Session, key, data)
 	return first, err
 }

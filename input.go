@@ -17,9 +17,11 @@ import (
 // ErrBadInput: an input cannot be read or makes no sense.
 var ErrBadInput = errors.New("lash: bad input")
 
-// Input is what clients append to a session: a user message, decisions for
-// suspended tool calls, or both. On the wire it is JSON, so any language can
-// publish it.
+// Input is what clients append to a session: a user message on the
+// session's input subject, or decisions for suspended tool calls and
+// cancels on its decision subject (never both in one input, so the right
+// to chat and the right to approve are granted apart). On the wire it is
+// JSON, so any language can publish it.
 type Input struct {
 	Text      string     `json:"text,omitempty"`
 	Decisions []Decision `json:"decisions,omitempty"`
@@ -41,7 +43,13 @@ type Decision struct {
 	Payload string `json:"payload,omitempty"`
 }
 
-func parseInput(data []byte) (Input, error) {
+// Decides reports whether the input goes on the session's decision
+// subject: it holds decisions or a cancel.
+func (in Input) Decides() bool { return len(in.Decisions) > 0 || in.Cancel }
+
+// parseInput reads an input that came on the decision subject (decision)
+// or the input subject.
+func parseInput(data []byte, decision bool) (Input, error) {
 	var in Input
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -53,6 +61,12 @@ func parseInput(data []byte) (Input, error) {
 	}
 	if in.Text == "" && len(in.Decisions) == 0 && !in.Cancel {
 		return in, fmt.Errorf("%w: no text, decisions or cancel", ErrBadInput)
+	}
+	switch {
+	case decision && in.Text != "":
+		return in, fmt.Errorf("%w: text on the decision subject: a message goes on the session's input subject", ErrBadInput)
+	case !decision && in.Decides():
+		return in, fmt.Errorf("%w: decisions and cancels go on the session's decision subject (<prefix>.sess.<session>.decide), not its input subject", ErrBadInput)
 	}
 	for _, d := range in.Decisions {
 		if _, err := d.toTurn(); err != nil {
@@ -69,7 +83,7 @@ func parseInput(data []byte) (Input, error) {
 // refused too; at a checkpoint the machine passes over them. taken are the
 // inputs the turn took so far.
 func screen(st *state, taken []sessionlog.InputUse, in sessionlog.Input, start bool) (use sessionlog.InputUse, parsed Input, take bool) {
-	use = sessionlog.InputUse{Seq: in.Seq, Key: in.MsgID, Hash: sha256.Sum256(in.Data)}
+	use = sessionlog.InputUse{Seq: in.Seq, Key: in.MsgID, Hash: sha256.Sum256(in.Data), Decision: in.Decision}
 	refuse := func(format string, args ...any) (sessionlog.InputUse, Input, bool) {
 		use.Refused = fmt.Sprintf(format, args...)
 		return use, Input{}, false
@@ -93,7 +107,7 @@ func screen(st *state, taken []sessionlog.InputUse, in sessionlog.Input, start b
 			return refuse("idempotency key %q was used by input %d for other content", use.Key, prev.seq)
 		}
 	}
-	parsed, err := parseInput(in.Data)
+	parsed, err := parseInput(in.Data, in.Decision)
 	if err != nil {
 		return refuse("%v", err)
 	}

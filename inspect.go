@@ -131,10 +131,6 @@ func (i *Inspector) Turns(ctx context.Context, session string) ([]TurnSummary, e
 	if err != nil {
 		return nil, err
 	}
-	inputs, err := i.c.Subjects().SessionInputs(session)
-	if err != nil {
-		return nil, err
-	}
 	holders := map[uint64]string{}
 	var out []TurnSummary
 	for _, le := range entries {
@@ -154,7 +150,7 @@ func (i *Inspector) Turns(ctx context.Context, session string) ([]TurnSummary, e
 				Failed: failedTurn(&b.Outcome)}
 			if seq, ok := turnInput(e.Turn); ok {
 				ts.Input = seq
-				if m, err := i.c.NextOnSubject(ctx, inputs, seq); err == nil && m.Seq == seq {
+				if m, err := i.log.InputAt(ctx, session, seq); err == nil {
 					ts.Started = m.Time
 					ts.Duration = le.at.Sub(m.Time)
 				}

@@ -15,7 +15,7 @@ import (
 
 // interrupt stops a model call, a tool round or a retry sleep in flight when
 // a cancel input for the session is stored, instead of letting it run to
-// its end first. It listens to the session's input subject on core NATS,
+// its end first. It listens to the session's decision subject on core NATS,
 // which only hints; the cancel counts once it is on the stream, so the
 // turn's answer can name it (and a replay cancels at the same point).
 type interrupt struct {
@@ -35,7 +35,7 @@ func (c *cancelInput) Error() string { return fmt.Sprintf("cancelled by input %d
 // the turn without interrupts: cancels still apply at the next checkpoint.
 func (d *drive) watch(st *state) *interrupt {
 	i := &interrupt{d: d}
-	subj, err := d.s.n.client.Subjects().SessionInputs(d.s.id)
+	subj, err := d.s.n.client.Subjects().SessionDecisions(d.s.id)
 	if err != nil {
 		return i
 	}
@@ -115,7 +115,7 @@ func (i *interrupt) find(ctx context.Context) (uint64, error) {
 	i.d.mu.Unlock()
 	var seq uint64
 	err := i.d.s.n.log.InputsAfter(ctx, i.d.s.id, cursor, func(in sessionlog.Input) error {
-		if parsed, err := parseInput(in.Data); err == nil && parsed.Cancel {
+		if parsed, err := parseInput(in.Data, in.Decision); err == nil && parsed.Cancel {
 			seq = in.Seq
 			return errStop
 		}

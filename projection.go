@@ -32,10 +32,11 @@ func OpenProcessProjection(dir string, c *streams.Client) (*projector.Projector,
 		Folds: []projector.Fold{projector.NewProcesses(c.Subjects())}})
 }
 
-// CheckInput reports why data is not a readable input, or nil. A node
+// CheckInput reports why data is not a readable input on the session's
+// decision subject (decision) or its input subject, or nil. A node
 // consumes such an input with a turn that records the error.
-func CheckInput(data []byte) error {
-	_, err := parseInput(data)
+func CheckInput(data []byte, decision bool) error {
+	_, err := parseInput(data, decision)
 	return err
 }
 

@@ -27,7 +27,9 @@ func (n *Node) Session(id string) *Session { return &Session{n: n, id: id} }
 // ID is the session's id.
 func (s *Session) ID() string { return s.id }
 
-// Send appends input to the session, durably: from its return on, the input
+// Send appends input to the session, durably: a message to its input
+// subject, decisions or a cancel to its decision subject (an input with
+// both is refused). From its return on, the input
 // is consumed by exactly one turn, whatever happens to the nodes. key is the
 // client's idempotency key, at most streams.MaxIDBytes: an input with a key
 // the session has seen is not run again. Sent again with the same content
@@ -47,7 +49,10 @@ func (s *Session) Send(ctx context.Context, key string, in Input) (seq uint64, d
 	if err != nil {
 		return 0, false, fmt.Errorf("%w: %v", ErrBadInput, err)
 	}
-	if _, err := parseInput(data); err != nil {
+	if in.Text != "" && in.Decides() {
+		return 0, false, fmt.Errorf("%w: a message and decisions or a cancel go in separate inputs: they have separate subjects", ErrBadInput)
+	}
+	if _, err := parseInput(data, in.Decides()); err != nil {
 		return 0, false, err
 	}
 	if limit := n.MaxInputBytes(); len(data) > limit {
@@ -87,7 +92,11 @@ func (s *Session) Send(ctx context.Context, key string, in Input) (seq uint64, d
 			}
 		}
 	}
-	seq, duplicate, err = n.log.AppendInput(ctx, s.id, key, data)
+	appendTo := n.log.AppendInput
+	if in.Decides() {
+		appendTo = n.log.AppendDecision
+	}
+	seq, duplicate, err = appendTo(ctx, s.id, key, data)
 	if errors.Is(err, streams.ErrTooLarge) {
 		return 0, false, fmt.Errorf("%w: input of %d bytes with its headers is over the deployment's limit of %d", ErrBadInput, len(data), n.MaxInputBytes())
 	}

@@ -94,7 +94,7 @@ func (s *Session) armWaits(ctx context.Context, before, after []turn.SuspendedCa
 // wakeDue handles fired timers: one node takes each, and another takes it
 // again if that node fails before it is done.
 func (n *Node) wakeDue(ctx context.Context) error {
-	d, err := n.client.Dispatcher(ctx, streams.Timers, timerConsumer, n.client.Subjects().AllTimersDue(), 30*time.Second)
+	d, err := n.client.Dispatcher(ctx, streams.Timers, timerConsumer, []string{n.client.Subjects().AllTimersDue()}, 30*time.Second)
 	if err != nil {
 		return err
 	}

@@ -2,15 +2,19 @@ package lash
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/lash-run/lash/effectlog"
+	"github.com/lash-run/lash/provider/scripted"
 	"github.com/lash-run/lash/sessionlog"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/testenv"
+	"github.com/lash-run/lash/tools"
+	"github.com/lash-run/lash/tools/builtin"
 	"github.com/lash-run/lash/turn"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -202,5 +206,83 @@ func TestForgedJournalRecordSetAside(t *testing.T) {
 	}
 	if res, err := victim.Run(ctx); err != nil || len(res) != 1 || res[0].Outcome.Termination.Reason != turn.NaturalEnd {
 		t.Fatalf("the next turn: %+v, %v", res, err)
+	}
+}
+
+// Decisions and cancels count only on the session's decision subject and
+// messages only on its input subject: a decision put on the input subject
+// (where a client allowed only to chat may publish) resumes nothing, text
+// on the decision subject starts no turn, and both are consumed with their
+// reason and set aside under the subject they came on. The same decision
+// on the decision subject then resumes the call.
+func TestDecisionsHaveTheirOwnSubject(t *testing.T) {
+	r := newRig(t)
+	r.models = testenv.RunModelServer(t, scripted.MustParse(approvalScript))
+	reg := tools.New()
+	if err := builtin.Register(reg, "lash", time.Now); err != nil {
+		t.Fatal(err)
+	}
+	n := r.node("one", WithTools(reg))
+	s := n.Session("ap")
+	res, err := s.Turn("k1", Input{Text: "ship?"}).Run(r.ctx)
+	if err != nil || len(res.Outcome.Suspended) != 1 {
+		t.Fatalf("first turn %+v, %v", res, err)
+	}
+	decision := []byte(`{"decisions":[{"id":"d1","call_id":"call_1","action":"resume","mode":"use-result","payload":"yes"}]}`)
+	onInput, _, err := n.log.AppendInput(r.ctx, "ap", "forged-d", decision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelOnInput, _, err := n.log.AppendInput(r.ctx, "ap", "forged-c", []byte(`{"cancel":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	textOnDecide, _, err := n.log.AppendDecision(r.ctx, "ap", "chat", []byte(`{"text":"hello"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ran, err := s.Run(r.ctx); err != nil || len(ran) != 0 {
+		t.Fatalf("inputs on the wrong subject ran turns: %+v, %v", ran, err)
+	}
+	st, err := s.load(r.ctx)
+	if err != nil || len(st.suspended) != 1 || st.cursor != textOnDecide {
+		t.Fatalf("after the refused inputs: suspended %d, cursor %d (want %d), %v", len(st.suspended), st.cursor, textOnDecide, err)
+	}
+	p, err := OpenProjection(t.TempDir(), n.Streams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.CatchUp(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	q, err := p.Quarantine()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[uint64]string{onInput: "lash.sess.ap.in", cancelOnInput: "lash.sess.ap.in", textOnDecide: "lash.sess.ap.decide"}
+	for _, e := range q {
+		if subj, ok := want[e.Seq]; ok && e.Subject == subj && strings.Contains(e.Reason, "subject") {
+			delete(want, e.Seq)
+		}
+	}
+	if len(want) != 0 {
+		t.Fatalf("not set aside with their subject and reason: %v; quarantine %+v", want, q)
+	}
+
+	// Session.Send routes by content and will not mix the two.
+	if _, _, err := s.Send(r.ctx, "mixed", Input{Text: "and ship", Decisions: []Decision{{ID: "d2", CallID: "call_1", Action: "resume"}}}); !errors.Is(err, ErrBadInput) {
+		t.Fatalf("text with a decision: %v", err)
+	}
+	seq, err := s.Decide(r.ctx, "d1", Decision{ID: "d1", CallID: "call_1", Action: "resume", Mode: "use-result", Payload: "yes"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in, err := n.log.InputAt(r.ctx, "ap", seq); err != nil || !in.Decision {
+		t.Fatalf("the decision %d: %+v, %v", seq, in, err)
+	}
+	ran, err := s.Run(r.ctx)
+	if err != nil || len(ran) != 1 || ran[0].Outcome.Termination.Reason != turn.NaturalEnd || len(ran[0].Outcome.Suspended) != 0 {
+		t.Fatalf("the decided turn: %+v, %v", ran, err)
 	}
 }

@@ -79,10 +79,6 @@ func (i *Inspector) verify(ctx context.Context, cfg *turn.Config, hooks turn.Hoo
 	if err != nil {
 		return nil, err
 	}
-	inputs, err := i.c.Subjects().SessionInputs(session)
-	if err != nil {
-		return nil, err
-	}
 	rep := &VerifyReport{Session: session}
 	st := newState(session)
 	found := false
@@ -118,7 +114,7 @@ func (i *Inspector) verify(ctx context.Context, cfg *turn.Config, hooks turn.Hoo
 				v = TurnVerdict{Turn: le.entry.Turn, Verdict: "failed", Note: "committed as failed: " + body.Outcome.Termination.String()}
 			} else if tcfg, err := i.turnConfig(ctx, cfg, hooks, le.entry); err != nil {
 				v = TurnVerdict{Turn: le.entry.Turn, Verdict: "unverifiable", Note: err.Error()}
-			} else if v, err = i.verifyTurn(ctx, tcfg, session, le.entry.Turn, inputs, st, body); err != nil {
+			} else if v, err = i.verifyTurn(ctx, tcfg, session, le.entry.Turn, st, body); err != nil {
 				return nil, err
 			}
 			rep.Turns = append(rep.Turns, v)
@@ -149,19 +145,19 @@ func (i *Inspector) turnConfig(ctx context.Context, cfg *turn.Config, hooks turn
 	return c, err
 }
 
-func (i *Inspector) verifyTurn(ctx context.Context, cfg turn.Config, session, turnID, inputs string, st *state, committed *sessionlog.TurnBody) (TurnVerdict, error) {
+func (i *Inspector) verifyTurn(ctx context.Context, cfg turn.Config, session, turnID string, st *state, committed *sessionlog.TurnBody) (TurnVerdict, error) {
 	v := TurnVerdict{Turn: turnID, Verdict: "ok"}
 	seq, ok := turnInput(turnID)
 	if !ok {
 		v.Verdict, v.Note = "unverifiable", "the turn id names no input"
 		return v, nil
 	}
-	m, err := i.c.NextOnSubject(ctx, inputs, seq)
-	if err != nil || m.Seq != seq {
+	m, err := i.log.InputAt(ctx, session, seq)
+	if err != nil {
 		v.Verdict, v.Note = "unverifiable", fmt.Sprintf("input %d is gone", seq)
 		return v, nil
 	}
-	in, err := parseInput(m.Data)
+	in, err := parseInput(m.Data, m.Decision)
 	if err == nil && in.Text == "" && !in.Cancel {
 		err = decisionsMatch(session, in.Decisions, st.suspended)
 	}

@@ -108,7 +108,7 @@ func (n *Node) wakeOnLastSignal(ctx context.Context, pc parkedCall) error {
 }
 
 func (n *Node) wakeSignals(ctx context.Context) error {
-	d, err := n.client.Dispatcher(ctx, streams.Triggers, signalConsumer, n.client.Subjects().Signals(), 30*time.Second)
+	d, err := n.client.Dispatcher(ctx, streams.Triggers, signalConsumer, []string{n.client.Subjects().Signals()}, 30*time.Second)
 	if err != nil {
 		return err
 	}
@@ -288,7 +288,7 @@ func (n *Node) resume(ctx context.Context, pc parkedCall, d Decision) error {
 	if err != nil {
 		return err
 	}
-	_, dup, err := n.log.AppendInput(ctx, pc.session, id, data)
+	_, dup, err := n.log.AppendDecision(ctx, pc.session, id, data)
 	if err == nil && !dup {
 		n.observe(Event{Kind: EventWake, Session: pc.session, Turn: pc.turn})
 	}

@@ -150,7 +150,7 @@ func TestDecisionForNoCall(t *testing.T) {
 	r := newRig(t)
 	n := r.node("one")
 	s := n.Session("nobody")
-	seq, _, err := n.log.AppendInput(r.ctx, "nobody", "k1", []byte(`{"decisions":[{"id":"d1","call_id":"c9","action":"resume"}]}`))
+	seq, _, err := n.log.AppendDecision(r.ctx, "nobody", "k1", []byte(`{"decisions":[{"id":"d1","call_id":"c9","action":"resume"}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}

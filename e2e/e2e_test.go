@@ -354,6 +354,11 @@ func TestBadInputOnSubjects(t *testing.T) {
 	for name, data := range bad {
 		seqs[name] = d.send("bad-"+name, "k1", data)
 	}
+	// On the decision subject: a decision for no call, and text.
+	decide := map[string][]byte{"nocall": bad["decision"], "text": []byte(`{"text":"hi"}`)}
+	for name, data := range decide {
+		seqs[name] = d.sendOn("decide", "bad-"+name, "k1", data)
+	}
 	// Over the input limit: the stream says no, and stores nothing.
 	reply, err := d.nc.Request("lash.sess.bad-oversize.in", []byte(`{"text":"`+strings.Repeat("x", 300<<10)+`"}`), 5*time.Second)
 	if err != nil || !strings.Contains(string(reply.Data), "message size exceeds maximum allowed") {
@@ -402,8 +407,16 @@ func TestBadInputOnSubjects(t *testing.T) {
 			t.Errorf("%s is not in the quarantine: %+v", name, q)
 		}
 	}
-	if !strings.Contains(seen["lash.sess.bad-decision.in"], "holds none of the calls") {
-		t.Errorf("the decision's reason: %q", seen["lash.sess.bad-decision.in"])
+	for name := range decide {
+		if seen["lash.sess.bad-"+name+".decide"] == "" {
+			t.Errorf("%s is not in the quarantine: %+v", name, q)
+		}
+	}
+	if !strings.Contains(seen["lash.sess.bad-decision.in"], "decision subject") {
+		t.Errorf("the reason of the decision on the input subject: %q", seen["lash.sess.bad-decision.in"])
+	}
+	if !strings.Contains(seen["lash.sess.bad-nocall.decide"], "holds none of the calls") {
+		t.Errorf("the reason of the decision for no call: %q", seen["lash.sess.bad-nocall.decide"])
 	}
 	if seen["lash.signal.deploy.1"] == "" {
 		t.Errorf("the signal is not in the quarantine: %+v", q)

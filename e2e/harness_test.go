@@ -253,7 +253,13 @@ func (d *deployment) tryAdmin(v any, args ...string) error {
 // the stream, so the key is made unique to the session.
 func (d *deployment) send(session, key string, data []byte) (seq uint64) {
 	d.t.Helper()
-	m := nats.NewMsg("lash.sess." + session + ".in")
+	return d.sendOn("in", session, key, data)
+}
+
+// sendOn is send on the session's subject kind: in or decide.
+func (d *deployment) sendOn(kind, session, key string, data []byte) (seq uint64) {
+	d.t.Helper()
+	m := nats.NewMsg("lash.sess." + session + "." + kind)
 	m.Header.Set("Nats-Msg-Id", session+"/"+key)
 	m.Data = data
 	reply, err := d.nc.RequestMsg(m, 5*time.Second)

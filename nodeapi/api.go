@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lash-run/lash"
+	"github.com/lash-run/lash/streams"
 )
 
 // ServiceName is the micro service every node runs.
@@ -23,8 +24,25 @@ const (
 // Subject is where the endpoint of a deployment with prefix listens.
 func Subject(prefix, endpoint string) string { return prefix + ".api." + endpoint }
 
-// SubmitRequest appends an input to a session: a user message, decisions
-// for suspended tool calls, a cancel, or several of these.
+// SessionEndpoints are also served per session, on SessionSubject: the
+// session is the subject's, so NATS permissions on it say who may chat
+// with (submit, status) or decide for (decide, cancel) one session.
+var SessionEndpoints = []string{EndpointSubmit, EndpointStatus, EndpointDecide, EndpointCancel}
+
+// SessionSubject is where endpoint listens for one session:
+// <prefix>.api.sess.<session>.<endpoint>, the session as a subject token.
+func SessionSubject(prefix, session, endpoint string) (string, error) {
+	tok, err := streams.Token(session)
+	if err != nil {
+		return "", &Error{Endpoint: endpoint, Code: CodeBadRequest, Description: "session: " + err.Error()}
+	}
+	return prefix + ".api.sess." + tok + "." + endpoint, nil
+}
+
+// SubmitRequest appends an input to a session: a user message, or
+// decisions for suspended tool calls and a cancel (not both). On a
+// session's own subject submit takes a message only: decisions and
+// cancels go to its decide and cancel endpoints, granted apart.
 type SubmitRequest struct {
 	Session string `json:"session"`
 	// Key is the input's idempotency key within the session.

@@ -34,16 +34,20 @@ func NewClient(nc *nats.Conn, prefix string) *Client {
 	return &Client{nc: nc, prefix: prefix}
 }
 
-// Submit appends an input to a session.
+// The session methods ask the session's own subject (SessionSubject), so
+// a client allowed only one session's endpoints can use them.
+
+// Submit appends a user message to a session; decisions and cancels go
+// through Decide and Cancel.
 func (c *Client) Submit(ctx context.Context, req SubmitRequest) (Accepted, error) {
 	var out Accepted
-	return out, c.call(ctx, EndpointSubmit, req, &out)
+	return out, c.callSession(ctx, req.Session, EndpointSubmit, req, &out)
 }
 
 // Status returns a session's head.
 func (c *Client) Status(ctx context.Context, session string) (*Status, error) {
 	var out Status
-	if err := c.call(ctx, EndpointStatus, StatusRequest{Session: session}, &out); err != nil {
+	if err := c.callSession(ctx, session, EndpointStatus, StatusRequest{Session: session}, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -52,14 +56,14 @@ func (c *Client) Status(ctx context.Context, session string) (*Status, error) {
 // Decide resumes or cancels a suspended tool call.
 func (c *Client) Decide(ctx context.Context, req DecideRequest) (Accepted, error) {
 	var out Accepted
-	return out, c.call(ctx, EndpointDecide, req, &out)
+	return out, c.callSession(ctx, req.Session, EndpointDecide, req, &out)
 }
 
 // Cancel asks a session's running turn to stop at its next safe boundary;
 // key is the request's idempotency key.
 func (c *Client) Cancel(ctx context.Context, session, key string) (Accepted, error) {
 	var out Accepted
-	return out, c.call(ctx, EndpointCancel, CancelRequest{Session: session, Key: key}, &out)
+	return out, c.callSession(ctx, session, EndpointCancel, CancelRequest{Session: session, Key: key}, &out)
 }
 
 // Info returns the first node's answer about itself.
@@ -126,14 +130,18 @@ func (c *Client) Nodes(ctx context.Context) ([]Info, error) {
 // node's refusal as *Error. It is for requests the typed methods do not
 // make.
 func (c *Client) Do(ctx context.Context, endpoint string, data []byte) ([]byte, error) {
+	return c.do(ctx, endpoint, Subject(c.prefix, endpoint), data)
+}
+
+func (c *Client) do(ctx context.Context, endpoint, subject string, data []byte) ([]byte, error) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
 		defer cancel()
 	}
-	m, err := c.nc.RequestWithContext(ctx, Subject(c.prefix, endpoint), data)
+	m, err := c.nc.RequestWithContext(ctx, subject, data)
 	if errors.Is(err, nats.ErrNoResponders) {
-		return nil, fmt.Errorf("%w on %s", ErrNoNode, Subject(c.prefix, endpoint))
+		return nil, fmt.Errorf("%w on %s", ErrNoNode, subject)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("nodeapi: %s: %w", endpoint, err)
@@ -145,11 +153,23 @@ func (c *Client) Do(ctx context.Context, endpoint string, data []byte) ([]byte, 
 }
 
 func (c *Client) call(ctx context.Context, endpoint string, req, out any) error {
+	return c.callSubject(ctx, endpoint, Subject(c.prefix, endpoint), req, out)
+}
+
+func (c *Client) callSession(ctx context.Context, session, endpoint string, req, out any) error {
+	subject, err := SessionSubject(c.prefix, session, endpoint)
+	if err != nil {
+		return err
+	}
+	return c.callSubject(ctx, endpoint, subject, req, out)
+}
+
+func (c *Client) callSubject(ctx context.Context, endpoint, subject string, req, out any) error {
 	data, err := json.Marshal(req)
 	if err != nil {
 		return fmt.Errorf("nodeapi: %s: %w", endpoint, err)
 	}
-	body, err := c.Do(ctx, endpoint, data)
+	body, err := c.do(ctx, endpoint, subject, data)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,7 @@
 // lists every node as an instance) with these endpoints, all JSON, under
 // <prefix>.api.:
 //
-//	submit  {"session","key","text","decisions","cancel"} -> {"seq","duplicate"}
+//	submit  {"session","key","text","decisions","cancel"} -> {"seq","duplicate"} (text, or decisions/cancel)
 //	status  {"session"}                                   -> the session's head
 //	decide  {"session","key","call_id","action","mode","payload"} -> {"seq","duplicate"}
 //	cancel  {"session","key"}                             -> {"seq","duplicate"}
@@ -14,6 +14,16 @@
 //	process_status {"id"}                                 -> the process
 //	process_cancel {"id","reason"}                        -> the process, cancel requested
 //	process_await  {"id","timeout_ms"}                    -> the process once it ended, or at the timeout
+//
+// submit, status, decide and cancel are also served per session, on
+// <prefix>.api.sess.<session>.<endpoint> (SessionSubject; the session as a
+// subject token). The session comes from the subject: a request may omit
+// it, and one naming another session is refused. There submit takes a
+// message only, so NATS permissions grant chatting (submit, status) and
+// approving (decide, cancel) apart, as they do for the session's input
+// and decision subjects. The endpoints without a session in the subject
+// name any session: they are for trusted programs. The Client's session
+// methods use the per-session subjects.
 //
 // A process answer is {"id","status","ended","disposition","kind",
 // "attempts","events","created","outcome"}: outcome is the terminal

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -119,6 +120,18 @@ func Start(node *lash.Node, cfg Config) (*Server, error) {
 			_ = svc.Stop()
 			return nil, fmt.Errorf("nodeapi: endpoint %s: %w", e.name, err)
 		}
+		if !slices.Contains(SessionEndpoints, e.name) {
+			continue
+		}
+		handle := e.handle
+		if e.name == EndpointSubmit {
+			handle = s.submitMessage
+		}
+		opts = append(opts, micro.WithEndpointSubject("sess.*."+e.name))
+		if err := g.AddEndpoint("session-"+e.name, s.sessionHandler(e.name, handle), opts...); err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("nodeapi: endpoint session-%s: %w", e.name, err)
+		}
 	}
 	// Once Start returns, the server knows the subscriptions.
 	if err := c.Conn().Flush(); err != nil {
@@ -144,6 +157,43 @@ func (s *Server) Stop() error {
 // handler answers a request synchronously: micro reads the outcome of a
 // request when its handler returns.
 func (s *Server) handler(endpoint string, handle func(context.Context, []byte) (any, error)) micro.Handler {
+	return s.subjectHandler(endpoint, func(ctx context.Context, _ string, data []byte) (any, error) { return handle(ctx, data) })
+}
+
+// sessionHandler answers endpoint on a session's own subject: the session
+// is the subject's token, and a request that names another is refused.
+func (s *Server) sessionHandler(endpoint string, handle func(context.Context, []byte) (any, error)) micro.Handler {
+	return s.subjectHandler(endpoint, func(ctx context.Context, subject string, data []byte) (any, error) {
+		tok, ok := strings.CutPrefix(subject, s.prefix+".api.sess.")
+		if ok {
+			tok, ok = strings.CutSuffix(tok, "."+endpoint)
+		}
+		session, err := streams.ParseToken(tok)
+		if !ok || err != nil {
+			return nil, badRequest("subject %s names no session", subject)
+		}
+		if limit := s.node.MaxInputBytes(); len(data) > limit+requestSlack {
+			return handle(ctx, data) // refused for its size, unread
+		}
+		fields := map[string]json.RawMessage{}
+		if len(bytes.TrimSpace(data)) != 0 {
+			if err := json.Unmarshal(data, &fields); err != nil || fields == nil {
+				return handle(ctx, data) // refused as the endpoint refuses it
+			}
+		}
+		if raw, ok := fields["session"]; ok {
+			var named string
+			if json.Unmarshal(raw, &named) != nil || named != session {
+				return nil, badRequest("the request names another session than its subject's (%q)", session)
+			}
+		}
+		fields["session"], _ = json.Marshal(session)
+		data, _ = json.Marshal(fields)
+		return handle(ctx, data)
+	})
+}
+
+func (s *Server) subjectHandler(endpoint string, handle func(context.Context, string, []byte) (any, error)) micro.Handler {
 	return micro.HandlerFunc(func(r micro.Request) {
 		s.mu.Lock()
 		if s.stopped {
@@ -160,7 +210,7 @@ func (s *Server) handler(endpoint string, handle func(context.Context, []byte) (
 		began := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
 		defer cancel()
-		resp, err := handle(ctx, r.Data())
+		resp, err := handle(ctx, r.Subject(), r.Data())
 		code := 200
 		if err == nil {
 			err = r.RespondJSON(resp)
@@ -301,6 +351,19 @@ func (s *Server) submit(ctx context.Context, data []byte) (any, error) {
 	var req SubmitRequest
 	if err := s.decode(data, &req, false); err != nil {
 		return nil, err
+	}
+	return s.send(ctx, req.Session, req.Key, req.input())
+}
+
+// submitMessage is submit on a session's own subject: a message only, as
+// the session's input subject takes.
+func (s *Server) submitMessage(ctx context.Context, data []byte) (any, error) {
+	var req SubmitRequest
+	if err := s.decode(data, &req, false); err != nil {
+		return nil, err
+	}
+	if req.input().Decides() {
+		return nil, badRequest("decisions and cancels go to the session's decide and cancel endpoints, not submit")
 	}
 	return s.send(ctx, req.Session, req.Key, req.input())
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -340,7 +341,7 @@ func TestStatusReadsAcrossNodes(t *testing.T) {
 			if err := json.Unmarshal(m.Data, &info); err != nil {
 				t.Fatal(err)
 			}
-			instances[info.Metadata["node"]] = info.Name == nodeapi.ServiceName && len(info.Endpoints) == 9
+			instances[info.Metadata["node"]] = info.Name == nodeapi.ServiceName && len(info.Endpoints) == 9+len(nodeapi.SessionEndpoints)
 		case <-time.After(5 * time.Second):
 			t.Fatalf("micro instances: %v", instances)
 		}
@@ -420,5 +421,54 @@ func TestNoNode(t *testing.T) {
 	defer cancel()
 	if _, err := c.Nodes(ctx); !errors.Is(err, nodeapi.ErrNoNode) {
 		t.Errorf("nodes: %v", err)
+	}
+}
+
+// On a session's own subjects the session is the subject's (a request
+// naming another is refused) and submit takes a message only; nothing
+// refused changes the streams.
+func TestSessionSubjects(t *testing.T) {
+	r := newAPIRig(t, "node-a", nil)
+	if _, err := r.client.Submit(r.ctx, nodeapi.SubmitRequest{Session: "known", Key: "k1", Text: "hello"}); err != nil {
+		t.Fatal(err)
+	}
+	before := r.lastSeqs()
+	onSession := []struct {
+		name, subject, body string
+		code                int
+		want                string
+	}{
+		{"another session in the body", "lash.api.sess.known.submit", `{"session":"other","key":"k","text":"x"}`, 400, "names another session"},
+		{"a decision on session submit", "lash.api.sess.known.submit", `{"key":"k","decisions":[{"id":"d","call_id":"c","action":"resume"}]}`, 400, "decide and cancel endpoints"},
+		{"a cancel on session submit", "lash.api.sess.known.submit", `{"key":"k","cancel":true}`, 400, "decide and cancel endpoints"},
+		{"text with a cancel", "lash.api.submit", `{"session":"known","key":"k","text":"x","cancel":true}`, 400, "separate inputs"},
+		{"a token that is not canonical", "lash.api.sess.=aGk.status", `{}`, 400, "names no session"},
+		{"an unknown session from the subject", "lash.api.sess.nobody.status", ``, 404, `unknown session "nobody"`},
+		{"not an object", "lash.api.sess.known.decide", `[1]`, 400, "want a JSON object"},
+	}
+	nc := r.node.Streams().Conn()
+	for _, c := range onSession {
+		t.Run(c.name, func(t *testing.T) {
+			m, err := nc.Request(c.subject, []byte(c.body), 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			code, desc := m.Header.Get(micro.ErrorCodeHeader), m.Header.Get(micro.ErrorHeader)
+			if code != strconv.Itoa(c.code) || !strings.Contains(desc, c.want) {
+				t.Errorf("answered %q %q, want %d and %q", code, desc, c.code, c.want)
+			}
+		})
+	}
+	if after := r.lastSeqs(); after != before {
+		t.Errorf("bad requests changed the streams: last sequences %v, were %v", after, before)
+	}
+	// The session from the subject, the request without it.
+	m, err := r.node.Streams().Conn().Request("lash.api.sess.known.submit", []byte(`{"key":"k2","text":"again"}`), 5*time.Second)
+	var acc nodeapi.Accepted
+	if err != nil || m.Header.Get(micro.ErrorCodeHeader) != "" || json.Unmarshal(m.Data, &acc) != nil || acc.Seq <= before[0] {
+		t.Fatalf("submit on the session's subject: %v %q %v", err, m.Data, m.Header)
+	}
+	if st, err := r.client.Status(r.ctx, "known"); err != nil || st.Inputs != 2 {
+		t.Fatalf("status: %+v, %v", st, err)
 	}
 }

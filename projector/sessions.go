@@ -87,7 +87,7 @@ type TranscriptEntry struct {
 // aside in the quarantine, with the node's reason.
 type Sessions struct {
 	prefix     string
-	checkInput func([]byte) error
+	checkInput func(data []byte, decision bool) error
 	body       func(*sessionlog.Entry) ([]byte, error)
 }
 
@@ -97,7 +97,7 @@ type SessionsOption func(*Sessions)
 // WithInputCheck sets inputs that check refuses aside, with its error as
 // the reason, instead of counting them as pending: an operator sees them in
 // the quarantine. check must be a pure function of the payload.
-func WithInputCheck(check func([]byte) error) SessionsOption {
+func WithInputCheck(check func(data []byte, decision bool) error) SessionsOption {
 	return func(f *Sessions) { f.checkInput = check }
 }
 
@@ -145,7 +145,7 @@ type prepared struct {
 // Prepare implements Preparer: it decodes the message.
 func (f *Sessions) Prepare(m *streams.Msg) any {
 	var p prepared
-	// <prefix>.sess.<token>.<ev|in|snap>
+	// <prefix>.sess.<token>.<ev|in|decide|snap|gone>
 	rest, ok := strings.CutPrefix(m.Subject, f.prefix+".sess.")
 	tok, kind, ok2 := strings.Cut(rest, ".")
 	if ok && ok2 && kind == "snap" {
@@ -158,7 +158,7 @@ func (f *Sessions) Prepare(m *streams.Msg) any {
 		p.tok, p.kind = tok, kind
 		return &p
 	}
-	if !ok || !ok2 || (kind != "ev" && kind != "in") {
+	if !ok || !ok2 || (kind != "ev" && kind != "in" && kind != "decide") {
 		p.err = fmt.Errorf("%w: subject %s is not a session subject", ErrPoison, m.Subject)
 		return &p
 	}
@@ -167,9 +167,9 @@ func (f *Sessions) Prepare(m *streams.Msg) any {
 		p.err = fmt.Errorf("%w: %v", ErrPoison, p.err)
 		return &p
 	}
-	if kind == "in" {
+	if kind == "in" || kind == "decide" {
 		if f.checkInput != nil {
-			if err := f.checkInput(m.Data); err != nil {
+			if err := f.checkInput(m.Data, kind == "decide"); err != nil {
 				p.err = fmt.Errorf("%w: input: %v", ErrPoison, err)
 			}
 		}
@@ -248,7 +248,7 @@ func (f *Sessions) ApplyPrepared(tx *Txn, m *streams.Msg, prep any) error {
 		return err
 	}
 	switch p.kind {
-	case "in":
+	case "in", "decide":
 		if err := tx.Set(key([]byte("i"), []byte(p.tok), u64(m.Seq)), []byte(m.MsgID())); err != nil {
 			return err
 		}
@@ -534,6 +534,9 @@ func (f *Sessions) inputs(tx *Txn, tok string, uses []sessionlog.InputUse) error
 		switch {
 		case u.Refused != "":
 			subj := f.prefix + ".sess." + tok + ".in"
+			if u.Decision {
+				subj = f.prefix + ".sess." + tok + ".decide"
+			}
 			if err := setAside(tx, &Poison{Seq: u.Seq, Subject: subj, Fold: SessionsFold,
 				Reason: "refused by the node that consumed it: " + u.Refused}); err != nil {
 				return err

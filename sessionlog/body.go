@@ -38,6 +38,8 @@ type InputUse struct {
 	Duplicate uint64 `msgpack:"d,omitempty"`
 	// Refused says why the input was consumed without being taken.
 	Refused string `msgpack:"r,omitempty"`
+	// Decision: the input came on the session's decision subject.
+	Decision bool `msgpack:"c,omitempty"`
 }
 
 // EncodeTurnBody encodes a body for Commit. Equal bodies encode to equal

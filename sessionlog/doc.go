@@ -39,10 +39,13 @@
 //     turn-settings fingerprint.
 //   - A new holder looks for commits of older holders with FindCommit, from
 //     the last revision it knows, before committing a turn it recovers.
-//   - AppendInput needs no lease: anyone may append; the client's
-//     idempotency key, scoped to the session, is the msg id. InputsAfter
-//     lists inputs after a cursor that commits carry; InputAfter reads the
-//     first one, in one get from the leader.
+//   - AppendInput (a client's message, on p.sess.<session>.in) and
+//     AppendDecision (decisions and cancels, on p.sess.<session>.decide)
+//     need no lease; the client's idempotency key, scoped to the session,
+//     is the msg id. The two subjects share the stream's sequence, so a
+//     session's inputs have one order: InputsAfter lists both after a
+//     cursor that commits carry; InputAfter reads the first one, in one
+//     get per subject from the leader, sent at once.
 //   - PutSnapshot stores a full-state snapshot the caller encoded, as of a
 //     revision, on p.sess.<session>.snap (by reference when large) and
 //     drops the older ones; LastSnapshot reads the newest. Snapshots are

@@ -59,7 +59,9 @@ type Store interface {
 	Publish(ctx context.Context, p streams.Publication) (uint64, bool, error)
 	Head(ctx context.Context, subject string) (*streams.Msg, error)
 	NextOnSubject(ctx context.Context, subject string, seq uint64) (*streams.Msg, error)
+	NextOnSubjects(ctx context.Context, subjects []string, seq uint64) (*streams.Msg, error)
 	Read(ctx context.Context, filter string, from uint64, fn func(*streams.Msg) error) error
+	ReadSubjects(ctx context.Context, filters []string, from uint64, fn func(*streams.Msg) error) error
 	PurgeBefore(ctx context.Context, subject string, seq uint64) error
 	Subjects() streams.Subjects
 }

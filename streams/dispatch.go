@@ -33,20 +33,20 @@ func (d *Delivery) Retry(delay time.Duration) error { return d.raw.NakWithDelay(
 // InProgress extends the ack wait while long work goes on.
 func (d *Delivery) InProgress() error { return d.raw.InProgress() }
 
-// Dispatcher binds the durable consumer name on stream s over filter,
-// creating it if needed, or updating its ack wait. ackWait is how long a
-// node may hold a message without a sign of life.
-func (c *Client) Dispatcher(ctx context.Context, s Stream, name, filter string, ackWait time.Duration) (*Dispatcher, error) {
+// Dispatcher binds the durable consumer name on stream s over filters,
+// creating it if needed, or updating its filters and ack wait. ackWait is
+// how long a node may hold a message without a sign of life.
+func (c *Client) Dispatcher(ctx context.Context, s Stream, name string, filters []string, ackWait time.Duration) (*Dispatcher, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
 	cfg := jetstream.ConsumerConfig{
-		Durable:       name,
-		FilterSubject: filter,
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       ackWait,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		MaxAckPending: -1,
-		Replicas:      c.cfg.Replicas,
+		Durable:        name,
+		FilterSubjects: filters,
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        ackWait,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		MaxAckPending:  -1,
+		Replicas:       c.cfg.Replicas,
 	}
 	var cons jetstream.Consumer
 	err := retryRead(ctx, func() (err error) {

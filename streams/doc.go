@@ -9,7 +9,8 @@
 // SchemaVersion in their metadata:
 //
 //	P_SESSIONS   p.sess.<session>.ev   session log: fences, commits (CAS on the head)
-//	             p.sess.<session>.in   inputs, appended by anyone (msg-id dedupe)
+//	             p.sess.<session>.in   messages, appended by clients (msg-id dedupe)
+//	             p.sess.<session>.decide decisions and cancels, by approvers
 //	P_EFFECTS    p.fx.<session>.<turn>.<effect>.<call|_>.r   journal record (first writer wins)
 //	             p.fx.<session>.<turn>.<effect>.<call|_>.i   "started" intent
 //	P_PROCESSES  p.proc.<process>.ev

@@ -118,13 +118,34 @@ func (s Subjects) SessionEvents(session string) (string, error) {
 	return s.prefix + ".sess." + t[0] + ".ev", nil
 }
 
-// SessionInputs is where anyone appends input for a session.
+// SessionInputs is where a session's clients append their messages.
 func (s Subjects) SessionInputs(session string) (string, error) {
 	t, err := mustTokens(session)
 	if err != nil {
 		return "", err
 	}
 	return s.prefix + ".sess." + t[0] + ".in", nil
+}
+
+// SessionDecisions is where a session's approvers append decisions on
+// suspended calls and cancels: apart from SessionInputs, so the right to
+// chat and the right to approve are granted separately.
+func (s Subjects) SessionDecisions(session string) (string, error) {
+	t, err := mustTokens(session)
+	if err != nil {
+		return "", err
+	}
+	return s.prefix + ".sess." + t[0] + ".decide", nil
+}
+
+// SessionInputChannels are the subjects a session's inputs arrive on:
+// messages and decisions, one sequence between them (the stream's).
+func (s Subjects) SessionInputChannels(session string) ([]string, error) {
+	in, err := s.SessionInputs(session)
+	if err != nil {
+		return nil, err
+	}
+	return []string{in, in[:len(in)-len("in")] + "decide"}, nil
 }
 
 // SessionSnapshots holds full-state snapshots of the session's log, the
@@ -167,8 +188,11 @@ func (s Subjects) SessionOf(subject string) (string, error) {
 	return ParseToken(tok)
 }
 
-// AllSessionInputs matches the inputs of every session.
-func (s Subjects) AllSessionInputs() string { return s.prefix + ".sess.*.in" }
+// AllSessionInputs matches the inputs of every session: its messages and
+// its decisions.
+func (s Subjects) AllSessionInputs() []string {
+	return []string{s.prefix + ".sess.*.in", s.prefix + ".sess.*.decide"}
+}
 
 // EffectRecord is the journal subject of one effect: the first message on
 // it is the recorded outcome. call is empty for effects that are not one

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -21,30 +23,45 @@ import (
 // wildcard read may end a moment behind. Decide writes with Head and
 // NextOnSubject, which ask the leader.
 func (c *Client) Read(ctx context.Context, filter string, from uint64, fn func(*Msg) error) error {
-	st, err := c.streamOf(filter)
+	return c.ReadSubjects(ctx, []string{filter}, from, fn)
+}
+
+// ReadSubjects is Read over several filters of one stream, merged in
+// stream order.
+func (c *Client) ReadSubjects(ctx context.Context, filters []string, from uint64, fn func(*Msg) error) error {
+	if len(filters) == 0 {
+		return nil
+	}
+	st, err := c.streamOf(filters[0])
 	if err != nil {
 		return err
 	}
-	// A consumer with nothing to deliver would wait: look first. For one
-	// subject the leader's last message both says whether there is
+	// A consumer with nothing to deliver would wait: look first. For exact
+	// subjects the leader's last messages both say whether there is
 	// anything to read and how far to read.
 	var through uint64
-	if strings.ContainsAny(filter, "*>") {
-		if _, err := c.NextOnSubject(ctx, filter, from); errors.Is(err, ErrNotFound) {
+	if slices.ContainsFunc(filters, func(f string) bool { return strings.ContainsAny(f, "*>") }) {
+		if _, err := c.NextOnSubjects(ctx, filters, from); errors.Is(err, ErrNotFound) {
 			return nil
 		} else if err != nil {
 			return err
 		}
 	} else {
-		last, err := c.Head(ctx, filter)
-		if errors.Is(err, ErrNotFound) || err == nil && last.Seq < from {
-			return nil
-		} else if err != nil {
+		heads, err := each(filters, func(f string) (*Msg, error) { return c.Head(ctx, f) })
+		if err != nil {
 			return err
 		}
-		through = last.Seq
+		found := false
+		for _, h := range heads {
+			if h != nil {
+				found, through = true, max(through, h.Seq)
+			}
+		}
+		if !found || through < from {
+			return nil
+		}
 	}
-	return c.tail(ctx, st, []string{filter}, from, func(m *Msg, pending uint64) error {
+	return c.tail(ctx, st, filters, from, func(m *Msg, pending uint64) error {
 		if err := fn(m); err != nil {
 			return err
 		}
@@ -56,13 +73,53 @@ func (c *Client) Read(ctx context.Context, filter string, from uint64, fn func(*
 		}
 		// The consumer has nothing more yet: a lagging follower, or the
 		// messages up to through are gone (retention). Ask the leader.
-		if _, err := c.NextOnSubject(ctx, filter, m.Seq+1); errors.Is(err, ErrNotFound) {
+		if _, err := c.NextOnSubjects(ctx, filters, m.Seq+1); errors.Is(err, ErrNotFound) {
 			return errCaughtUp
 		} else if err != nil {
 			return err
 		}
 		return nil
 	})
+}
+
+// NextOnSubjects returns the first message on any of subjects with
+// sequence at least seq, or ErrNotFound: one leader read per subject, all
+// at once.
+func (c *Client) NextOnSubjects(ctx context.Context, subjects []string, seq uint64) (*Msg, error) {
+	if len(subjects) == 1 {
+		return c.NextOnSubject(ctx, subjects[0], seq)
+	}
+	found, err := each(subjects, func(s string) (*Msg, error) { return c.NextOnSubject(ctx, s, seq) })
+	if err != nil {
+		return nil, err
+	}
+	var first *Msg
+	for _, m := range found {
+		if m != nil && (first == nil || m.Seq < first.Seq) {
+			first = m
+		}
+	}
+	if first == nil {
+		return nil, fmt.Errorf("%w: no message on %s", ErrNotFound, strings.Join(subjects, ", "))
+	}
+	return first, nil
+}
+
+// each runs get for every subject at once; ErrNotFound leaves a nil.
+func each(subjects []string, get func(string) (*Msg, error)) ([]*Msg, error) {
+	out := make([]*Msg, len(subjects))
+	errs := make([]error, len(subjects))
+	var wg sync.WaitGroup
+	for i, s := range subjects {
+		wg.Go(func() {
+			out[i], errs[i] = get(s)
+			if errors.Is(errs[i], ErrNotFound) {
+				errs[i] = nil
+			}
+		})
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
 }
 
 var errCaughtUp = errors.New("caught up")

@@ -211,15 +211,11 @@ func (a *app) projection(session ...string) (*projector.Projector, error) {
 	p := c.p
 	var through uint64
 	for _, s := range session {
-		ev, err := a.client.Subjects().SessionEvents(s)
+		subjects, err := a.logAndInputs(s)
 		if err != nil {
 			return nil, err
 		}
-		in, err := a.client.Subjects().SessionInputs(s)
-		if err != nil {
-			return nil, err
-		}
-		for _, subj := range []string{ev, in} {
+		for _, subj := range subjects {
 			m, err := a.client.Head(a.ctx, subj)
 			if err == nil {
 				through = max(through, m.Seq)

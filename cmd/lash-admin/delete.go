@@ -47,14 +47,9 @@ func runSessionsDelete(a *app, args []string) error {
 	if err != nil {
 		return a.usagef("session id: %v", err)
 	}
-	known := false
-	for _, f := range []func(string) (string, error){subj.SessionEvents, subj.SessionInputs} {
-		sub, _ := f(id)
-		if _, err := a.client.Head(a.ctx, sub); err == nil {
-			known = true
-		} else if !errors.Is(err, streams.ErrNotFound) {
-			return err
-		}
+	known, err := a.known(id)
+	if err != nil {
+		return err
 	}
 	if !known {
 		return fmt.Errorf("no session %q", id)
@@ -124,14 +119,13 @@ func runSessionsDelete(a *app, args []string) error {
 		return err
 	}
 	// Each subject but the mark, which stays for read models behind.
-	ev, _ := subj.SessionEvents(id)
-	in, _ := subj.SessionInputs(id)
+	logAndInputs, _ := a.logAndInputs(id)
 	snap, _ := subj.SessionSnapshots(id)
 	fx, err := subj.SessionEffects(id)
 	if err != nil {
 		return err
 	}
-	for _, f := range []string{ev, in, snap, fx} {
+	for _, f := range append(logAndInputs, snap, fx) {
 		if err := a.client.Purge(a.ctx, f); err != nil {
 			return err
 		}

@@ -34,11 +34,12 @@ var decideCmd = &command{
 	name:    "decide",
 	args:    "ID CALL resume|cancel",
 	summary: "decide a call a session holds suspended",
-	doc: `Appends a decision for a call the session's last turn left suspended (see "lash-admin
-sessions show ID" for the call ids): cancel it, or resume it. --mode says how a call
-resumes: replay (run the call again; the default), use-result (take --payload as the
-call's result; the default when --payload is given) or pass-to-tool (run the call
-with --payload). A call the session does not hold suspended is refused.`,
+	doc: `Appends a decision (on <prefix>.sess.<ID>.decide) for a call the session's last
+turn left suspended (see "lash-admin sessions show ID" for the call ids): cancel it,
+or resume it. --mode says how a call resumes: replay (run the call again; the
+default), use-result (take --payload as the call's result; the default when
+--payload is given) or pass-to-tool (run the call with --payload). A call the
+session does not hold suspended is refused.`,
 	min: 3, max: 3,
 	flags: func(a *app, fs *flag.FlagSet) {
 		keyFlag(a, fs)
@@ -53,7 +54,7 @@ var cancelCmd = &command{
 	name:    "cancel",
 	args:    "ID",
 	summary: "ask a session's running turn to stop",
-	doc: `Appends a cancel input: the session's running turn stops at its next safe boundary
+	doc: `Appends a cancel (on <prefix>.sess.<ID>.decide): the session's running turn stops at its next safe boundary
 (a checkpoint or a wait) and its calls are cancelled; with no turn running, the turn
 it starts ends cancelled at once. The session must exist.`,
 	min: 1, max: 1,
@@ -77,14 +78,15 @@ func (a *app) checkInput(in lash.Input) error {
 	if err != nil {
 		return err
 	}
-	if err := lash.CheckInput(data); err != nil {
+	if err := lash.CheckInput(data, in.Decides()); err != nil {
 		return a.usagef("%v", err)
 	}
 	a.input = in
 	return nil
 }
 
-// appendInput appends the checked input to the session's inputs.
+// appendInput appends the checked input to the session's input subject,
+// or its decision subject for decisions and cancels.
 func (a *app) appendInput(id string) error {
 	data, err := json.Marshal(a.input)
 	if err != nil {
@@ -94,11 +96,15 @@ func (a *app) appendInput(id string) error {
 	if key == "" {
 		key = ulid.Make().String()
 	}
-	subj, err := a.client.Subjects().SessionInputs(id)
+	subject, appendTo := a.client.Subjects().SessionInputs, sessionlog.New(a.client).AppendInput
+	if a.input.Decides() {
+		subject, appendTo = a.client.Subjects().SessionDecisions, sessionlog.New(a.client).AppendDecision
+	}
+	subj, err := subject(id)
 	if err != nil {
 		return err
 	}
-	seq, dup, err := sessionlog.New(a.client).AppendInput(a.ctx, id, key, data)
+	seq, dup, err := appendTo(a.ctx, id, key, data)
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/lash-run/lash"
 	"github.com/lash-run/lash/leases"
 	"github.com/lash-run/lash/provider/scripted"
+	"github.com/lash-run/lash/sessionlog"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/testenv"
 	"github.com/lash-run/lash/tools"
@@ -595,13 +596,13 @@ func TestAdmin(t *testing.T) {
 	})
 }
 
-// checkInput reads an input back from the session's input subject.
+// checkInput reads an input back from the session's input subjects: a
+// message from .in, a decision or a cancel from .decide.
 func checkInput(t *testing.T, c *streams.Client, session string, seq uint64, want string) {
 	t.Helper()
-	subj, _ := c.Subjects().SessionInputs(session)
-	m, err := c.NextOnSubject(context.Background(), subj, seq)
-	if err != nil || m.Seq != seq || string(m.Data) != want {
-		t.Fatalf("input %d on %s: %+v %v, want %s", seq, subj, m, err, want)
+	in, err := sessionlog.New(c).InputAt(context.Background(), session, seq)
+	if decides := !strings.Contains(want, `"text"`); err != nil || string(in.Data) != want || in.Decision != decides {
+		t.Fatalf("input %d of %s: %+v %v, want %s (on the decision subject: %v)", seq, session, in, err, want, decides)
 	}
 }
 

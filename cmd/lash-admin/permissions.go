@@ -19,15 +19,20 @@ var permissionsCmd = &command{
 	summary: "NATS server permissions for lash's roles, as a config snippet",
 	doc: `Prints an "authorization" block for nats-server's configuration with one user per role:
 lash-node (nodes) and lash-admin (operators), who write durable truth and use the
-JetStream API; a client per session (--sessions), who may append inputs to its session
-and read its live events and its own replies, nothing else; a signal publisher per
-source type (--signals); a tool server per tool (--tools). Passwords are environment
-variables of the server (LASH_PW_<USER>, upper case): set them, or replace them.
+JetStream API; per session (--sessions) a client, who may send messages to it
+(<prefix>.sess.<ID>.in, or the node API's <prefix>.api.sess.<ID>.submit) and read its
+status and live events, and an approver, who may decide its suspended calls and cancel
+its turns (<prefix>.sess.<ID>.decide, <prefix>.api.sess.<ID>.decide and .cancel) and
+read the same; a signal publisher per source type (--signals); a tool server per tool
+(--tools). Passwords are environment variables of the server (LASH_PW_<USER>, upper
+case): set them, or replace them.
 
-Nodes and lash-admin must run with --inbox-prefix set to --node-inbox: their replies and
-consumer deliveries (other sessions' inputs) then travel where only they may subscribe,
-while clients subscribe to _INBOX.> for their own. The node API (<prefix>.api.*) is for
-trusted programs: it names any session, so clients get none of it.`,
+Every user has an inbox prefix of its own, _INBOX_<USER>: run each program with it
+(nats.go: nats.CustomInboxPrefix; the nats CLI and lash: --inbox-prefix), so no one
+reads another's replies. Nodes and lash-admin share --node-inbox: their replies and
+consumer deliveries (every session's inputs) travel where only they may subscribe.
+The node API's endpoints without a session in the subject name any session: they are
+for trusted programs, so clients get none of them.`,
 	flags: func(a *app, fs *flag.FlagSet) {
 		fs.StringVar(&a.perm.sessions, "sessions", "SESSION", "comma-separated `ids` of the sessions to make a client user for")
 		fs.StringVar(&a.perm.signals, "signals", "", "comma-separated signal source `types` to make a publisher user for")
@@ -78,11 +83,17 @@ func permissionUsers(prefix string, f permFlags) ([]permUser, error) {
 		if err != nil {
 			return nil, err
 		}
+		api := prefix + ".api.sess." + tok + "."
 		users = append(users, permUser{
-			comment: fmt.Sprintf("a client of session %s: its inputs (text, decisions, cancels), its live events, its own replies", s),
+			comment: fmt.Sprintf("a client of session %s: its messages, its status and live events, its own replies", s),
 			name:    "client-" + tok,
-			pub:     []string{prefix + ".sess." + tok + ".in"},
-			sub:     []string{prefix + ".live." + tok, "_INBOX.>"},
+			pub:     []string{prefix + ".sess." + tok + ".in", api + "submit", api + "status"},
+			sub:     []string{prefix + ".live." + tok, userInbox("client-"+tok) + ".>"},
+		}, permUser{
+			comment: fmt.Sprintf("an approver of session %s: decisions on its suspended calls and cancels, its status and live events, its own replies", s),
+			name:    "approver-" + tok,
+			pub:     []string{prefix + ".sess." + tok + ".decide", api + "decide", api + "cancel", api + "status"},
+			sub:     []string{prefix + ".live." + tok, userInbox("approver-"+tok) + ".>"},
 		})
 	}
 	for _, typ := range splitList(f.signals) {
@@ -94,7 +105,7 @@ func permissionUsers(prefix string, f permFlags) ([]permUser, error) {
 			comment: "a publisher of " + typ + " signals",
 			name:    "signals-" + tok,
 			pub:     []string{prefix + ".signal." + tok, prefix + ".signal." + tok + ".>"},
-			sub:     []string{"_INBOX.>"},
+			sub:     []string{userInbox("signals-"+tok) + ".>"},
 		})
 	}
 	for _, tool := range splitList(f.tools) {
@@ -112,6 +123,9 @@ func permissionUsers(prefix string, f permFlags) ([]permUser, error) {
 	}
 	return users, nil
 }
+
+// userInbox is the inbox prefix the template lets user subscribe under.
+func userInbox(user string) string { return "_INBOX_" + user }
 
 // envName is the environment variable holding a user's password.
 func envName(user string) string {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lash-run/lash"
+	"github.com/lash-run/lash/nodeapi"
 	"github.com/lash-run/lash/provider/scripted"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/testenv"
@@ -25,10 +27,12 @@ import (
 
 // A real nats-server configured with the template lash-admin permissions
 // prints: the node and lash-admin work, a client chats in its own session
-// and reads its own live events, and everything a hostile client tried
-// on an open deployment is refused (forged log entries, journal records,
-// inputs for another session, signals, reading another session's inputs
-// or live events, the JetStream API).
+// and reads its own live events, an approver decides its session's
+// suspended call, and everything a hostile client tried on an open
+// deployment is refused (forged log entries, journal records, inputs for
+// another session, decisions by a client or for another session, signals,
+// reading another session's inputs or live events or anyone's replies,
+// the JetStream API, the node API's endpoints that name any session).
 func TestPermissionsTemplate(t *testing.T) {
 	bin := buildAdmin(t, t.TempDir())
 	a := &admin{t: t, bin: bin, url: "nats://127.0.0.1:1", cache: t.TempDir()}
@@ -38,7 +42,7 @@ func TestPermissionsTemplate(t *testing.T) {
 		t.Fatal(err)
 	}
 	pw := map[string]string{"lash-node": "node-pw", "lash-admin": "admin-pw", "client-s1": "s1-pw", "client-s2": "s2-pw",
-		"tool-ledger_append": "tool-pw"}
+		"approver-s1": "a1-pw", "approver-s2": "a2-pw", "tool-ledger_append": "tool-pw"}
 	for user, p := range pw {
 		t.Setenv(envName(user), p)
 	}
@@ -62,25 +66,29 @@ func TestPermissionsTemplate(t *testing.T) {
 
 	// The node, on its own inbox prefix.
 	ctx := context.Background()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	n, err := lash.Open(ctx, lash.WithConn(connect("lash-node", nats.CustomInboxPrefix("_INBOX_lash"))), lash.WithNodeID("node-a"),
-		lash.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))), lash.WithModel(scripted.NewModel(scripted.MustParse(script))),
-		lash.WithTools(registry(t)), lash.WithMachine(turn.Config{Model: "scripted", System: system}))
+		lash.WithLogger(quiet), lash.WithModel(scripted.NewModel(scripted.MustParse(script))),
+		lash.WithTools(registry(t)), lash.WithMachine(turn.Config{Model: "scripted", System: system}),
+		lash.WithProjection(t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close(context.Background()) })
+	api, err := nodeapi.Start(n, nodeapi.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { api.Stop() })
 	sctx, stop := context.WithCancel(ctx)
 	served := make(chan struct{})
 	go func() { n.Serve(sctx); close(served) }()
 	t.Cleanup(func() { stop(); <-served })
 
-	// The clients: s1 watches its live events and everything on _INBOX.
-	s1, s2 := connect("client-s1"), connect("client-s2")
+	// The clients, each on its own inbox prefix: s1 watches its live events.
+	user := func(name string) *nats.Conn { return connect(name, nats.CustomInboxPrefix(userInbox(name))) }
+	s1, s2, a1, a2 := user("client-s1"), user("client-s2"), user("approver-s1"), user("approver-s2")
 	live, err := s1.SubscribeSync("lash.live.s1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	inbox, err := s1.SubscribeSync("_INBOX.>")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +121,15 @@ func TestPermissionsTemplate(t *testing.T) {
 		t.Fatalf("s1's client reading its live events: %v", err)
 	}
 
-	// What a hostile client of s1 tries: none of it lands.
+	// The client of s1 through the node API on its session's subjects.
+	if acc, err := nodeapi.NewClient(s1, "lash").Submit(ctx, nodeapi.SubmitRequest{Session: "s1", Key: "k2", Text: "weather again?"}); err != nil || acc.Seq == 0 {
+		t.Fatalf("s1's client submitting through the node API: %+v, %v", acc, err)
+	}
+	if st, err := nodeapi.NewClient(s1, "lash").Status(ctx, "s1"); err != nil || st.Session != "s1" {
+		t.Fatalf("s1's client asking its status: %+v, %v", st, err)
+	}
+
+	// What hostile clients try: none of it lands.
 	heads := func() map[string]uint64 {
 		out := map[string]uint64{}
 		for _, st := range []streams.Stream{streams.Sessions, streams.Effects, streams.Triggers} {
@@ -125,21 +141,39 @@ func TestPermissionsTemplate(t *testing.T) {
 		}
 		return out
 	}
+	testenv.WaitFor(t, 20*time.Second, func() error {
+		if ts, err := lash.NewInspector(ops).Turns(ctx, "s1"); err != nil || len(ts) != 2 {
+			return errors.New("s1's second turn not committed yet")
+		}
+		return nil
+	})
 	before := heads()
-	for _, subj := range []string{
-		"lash.sess.s2.ev",                    // a forged commit
-		"lash.sess.s1.ev",                    // a forged fence on its own session
-		"lash.fx.s2.in-9.2._.r",              // a journal record for a turn to come
-		"lash.sess.s2.in",                    // a decision or input for another session
-		"lash.signal.deploy.42",              // a signal
-		"lash.trig.sub.sub-x",                // a trigger subscription
-		"$JS.API.STREAM.PURGE.LASH_SESSIONS", // the JetStream API
-	} {
-		if err := s1.Publish(subj, []byte(`{"decisions":[{"id":"d","call_id":"call_1","action":"resume"}]}`)); err != nil {
+	decision := []byte(`{"decisions":[{"id":"d","call_id":"call_1","action":"resume"}]}`)
+	forged := map[*nats.Conn][]string{
+		s1: {
+			"lash.sess.s2.ev",                    // a forged commit
+			"lash.sess.s1.ev",                    // a forged fence on its own session
+			"lash.fx.s2.in-9.2._.r",              // a journal record for a turn to come
+			"lash.sess.s2.in",                    // an input for another session
+			"lash.sess.s1.decide",                // a decision: a client chats, it does not approve
+			"lash.signal.deploy.42",              // a signal
+			"lash.trig.sub.sub-x",                // a trigger subscription
+			"$JS.API.STREAM.PURGE.LASH_SESSIONS", // the JetStream API
+		},
+		s2: {"lash.sess.s2.decide"},                    // its own session's call: not a client's to approve
+		a1: {"lash.sess.s2.decide", "lash.sess.s1.in"}, // another session's call; chatting
+	}
+	for nc, subjects := range forged {
+		for _, subj := range subjects {
+			if err := nc.Publish(subj, decision); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := nc.Flush(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for _, subj := range []string{"lash.sess.s2.in", "lash.live.s2", "lash.sess.s2.ev", "_INBOX_lash.>"} {
+	for _, subj := range []string{"lash.sess.s2.in", "lash.live.s2", "lash.sess.s2.ev", "_INBOX_lash.>", "_INBOX.>", "_INBOX_client-s2.>"} {
 		if _, err := s1.SubscribeSync(subj); err != nil {
 			t.Fatal(err)
 		}
@@ -150,8 +184,33 @@ func TestPermissionsTemplate(t *testing.T) {
 	if _, err := s1.Request("$JS.API.STREAM.MSG.GET.LASH_SESSIONS", []byte(`{"last_by_subj":"lash.sess.s2.in"}`), time.Second); err == nil {
 		t.Fatal("s1's client read another session's input through the JetStream API")
 	}
+	// The node API: decisions need the approver's endpoint, another
+	// session's endpoints and those naming any session are out of reach.
+	refused := func(who string, call func(context.Context) error) {
+		t.Helper()
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		if err := call(rctx); err == nil {
+			t.Fatalf("%s: the node API took it", who)
+		}
+	}
+	d := nodeapi.DecideRequest{Session: "s2", Key: "d1", CallID: "call_1", Action: "resume", Mode: "use-result", Payload: "sent"}
+	refused("s2's client deciding", func(c context.Context) error { _, err := nodeapi.NewClient(s2, "lash").Decide(c, d); return err })
+	refused("s1's approver deciding for s2", func(c context.Context) error { _, err := nodeapi.NewClient(a1, "lash").Decide(c, d); return err })
+	refused("s1's client submitting to s2", func(c context.Context) error {
+		_, err := nodeapi.NewClient(s1, "lash").Submit(c, nodeapi.SubmitRequest{Session: "s2", Key: "x", Text: "hi"})
+		return err
+	})
+	refused("s1's client on the endpoint for any session", func(c context.Context) error {
+		_, err := nodeapi.NewClient(s1, "lash").Do(c, nodeapi.EndpointSubmit, []byte(`{"session":"s1","key":"y","text":"hi"}`))
+		return err
+	})
+	refused("s2's client cancelling", func(c context.Context) error {
+		_, err := nodeapi.NewClient(s2, "lash").Cancel(c, "s2", "c1")
+		return err
+	})
 	if after := heads(); !mapsEqual(before, after) {
-		t.Fatalf("a hostile client's publishes were stored: before %v, after %v", before, after)
+		t.Fatalf("hostile clients' publishes were stored: before %v, after %v", before, after)
 	}
 	testenv.WaitFor(t, 10*time.Second, func() error {
 		n := 0
@@ -161,22 +220,23 @@ func TestPermissionsTemplate(t *testing.T) {
 			}
 			return true
 		})
-		if n < 4 {
+		if n < 6 {
 			return errors.New("the refused subscriptions are not all reported yet")
 		}
 		return nil
 	})
-	// Nothing of s2 reached s1 on _INBOX.>: the node's deliveries travel on
-	// its own prefix.
-	for {
-		m, err := inbox.NextMsg(0)
-		if err != nil {
-			break
-		}
-		if strings.Contains(string(m.Data), "transfer 100") {
-			t.Fatalf("s1's client read s2's input on %s", m.Subject)
-		}
+
+	// s2's approver decides its suspended call: the turn goes on.
+	if acc, err := nodeapi.NewClient(a2, "lash").Decide(ctx, d); err != nil || acc.Seq == 0 {
+		t.Fatalf("s2's approver deciding: %+v, %v", acc, err)
 	}
+	testenv.WaitFor(t, 20*time.Second, func() error {
+		ts, err := lash.NewInspector(ops).Turns(ctx, "s2")
+		if err != nil || len(ts) != 2 || ts[1].Suspended != 0 {
+			return fmt.Errorf("s2's decided turn not committed yet: %+v %v", ts, err)
+		}
+		return nil
+	})
 
 	// A tool server, as its role allows: nodes find its tool and call it.
 	ledger, err := natstool.Serve(connect("tool-ledger_append"), "lash", micro.Config{Name: "ledger", Version: "1.0.0"}, natstool.Served{

@@ -71,17 +71,26 @@ func (a *app) turns(id string) ([]lash.TurnSummary, error) {
 	return ts, err
 }
 
-// known reports whether the session has a log or inputs.
-func (a *app) known(id string) (bool, error) {
+// logAndInputs are a session's log subject and its input subjects.
+func (a *app) logAndInputs(id string) ([]string, error) {
 	ev, err := a.client.Subjects().SessionEvents(id)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	in, err := a.client.Subjects().SessionInputs(id)
+	in, err := a.client.Subjects().SessionInputChannels(id)
+	if err != nil {
+		return nil, err
+	}
+	return append([]string{ev}, in...), nil
+}
+
+// known reports whether the session has a log or inputs.
+func (a *app) known(id string) (bool, error) {
+	subjects, err := a.logAndInputs(id)
 	if err != nil {
 		return false, err
 	}
-	for _, subj := range []string{ev, in} {
+	for _, subj := range subjects {
 		_, err := a.client.Head(a.ctx, subj)
 		if err == nil {
 			return true, nil

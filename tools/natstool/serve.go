@@ -104,6 +104,11 @@ func Serve(nc *nats.Conn, prefix string, svc micro.Config, served ...Served) (mi
 			return nil, errors.Join(fmt.Errorf("natstool: serve %q: %w", ep.spec.Name, err), service.Stop())
 		}
 	}
+	// Once Serve returns, the server knows the subscriptions: a discovery
+	// sent from another connection right after finds the tools.
+	if err := nc.Flush(); err != nil {
+		return nil, errors.Join(fmt.Errorf("natstool: %w", err), service.Stop())
+	}
 	return service, nil
 }
 
