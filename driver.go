@@ -181,8 +181,9 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 				return nil, st.cursor, err
 			}
 		}
-		pos, err = n.log.FenceAfter(ctx, s.id, lease.Token, n.runName, st.rev, st.newest)
+		pos, err = n.log.FenceAfter(ctx, s.id, lease.Token, n.runName, st.rev, st.newest, st.setAside...)
 		if err == nil {
+			st.setAside = nil
 			break
 		}
 		if !errors.Is(err, streams.ErrConflict) {

@@ -183,6 +183,9 @@ type state struct {
 	// at revision settled: only they record the next turn's effects.
 	runs    []string
 	settled uint64
+	// setAside are entries this node passed over as no lease's, for its
+	// next fence to record (sessionlog.Entry.SetAside).
+	setAside []uint64
 }
 
 // fresh reports whether the next turn's journal is known to be empty: no
@@ -229,6 +232,7 @@ func (s *Session) fold(ctx context.Context, st *state) error {
 				"revision", seq, "kind", e.Kind, "token", e.Token, "owner", e.Owner)
 			s.n.observe(Event{Kind: EventInputRefused, Session: s.id, Err: fmt.Errorf("%w: log entry %d with token %d, above every lease's", ErrBadInput, seq, e.Token)})
 			st.rev = seq
+			st.setAside = append(st.setAside, seq)
 			return nil
 		}
 		switch e.Kind {

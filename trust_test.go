@@ -23,7 +23,9 @@ import (
 // A fence with a token no lease ever had, and a message that is no entry,
 // published on a session's log by anyone who can publish there, neither
 // block the session nor steer it: the next input runs as usual, on a
-// node that kept the session's state and on one that did not.
+// node that kept the session's state and on one that did not. Both land
+// in the quarantine: the fence because the node that passed it over says
+// so in its own fence.
 func TestForgedFenceAndGarbageDoNotBlock(t *testing.T) {
 	r := newRig(t)
 	n := r.node("a")
@@ -40,10 +42,12 @@ func TestForgedFenceAndGarbageDoNotBlock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sessionlog.New(hostile).Fence(ctx, "s1", 999999, "mallory"); err != nil {
+	forged, err := sessionlog.New(hostile).Fence(ctx, "s1", 999999, "mallory")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := hostile.Publish(ctx, streams.Publication{Subject: "lash.sess.s1.ev", Data: []byte("\xff\x00 not an entry")}); err != nil {
+	garbage, _, err := hostile.Publish(ctx, streams.Publication{Subject: "lash.sess.s1.ev", Data: []byte("\xff\x00 not an entry")})
+	if err != nil {
 		t.Fatal(err)
 	}
 	for i, node := range []*Node{n, r.node("b")} {
@@ -64,6 +68,30 @@ func TestForgedFenceAndGarbageDoNotBlock(t *testing.T) {
 	}
 	if len(tr) < 3 || tr[len(tr)-1].Text != "Oslo is cold, Lima is grey, Pune is hot." {
 		t.Fatalf("transcript %s", describeTranscript(tr))
+	}
+	p, err := OpenProjection(t.TempDir(), n.Streams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.CatchUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	q, err := p.Quarantine()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[uint64]string{forged.Seq(): "above every lease's", garbage: "entry"}
+	for _, e := range q {
+		if why, ok := want[e.Seq]; ok && e.Subject == "lash.sess.s1.ev" && strings.Contains(e.Reason, why) {
+			delete(want, e.Seq)
+		}
+	}
+	if len(want) != 0 {
+		t.Fatalf("not in the quarantine: %v; it holds %+v", want, q)
+	}
+	if h, err := p.Session("s1"); err != nil || h.Fence >= 999999 {
+		t.Fatalf("the projected head's fence: %+v, %v", h, err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -262,6 +263,12 @@ func (f *Sessions) ApplyPrepared(tx *Txn, m *streams.Msg, prep any) error {
 		switch p.entry.Kind {
 		case sessionlog.KindFence:
 			head.Fence = p.entry.Token
+			for _, seq := range p.entry.SetAside {
+				if err := setAside(tx, &Poison{Seq: seq, Subject: f.prefix + ".sess." + p.tok + ".ev", Fold: SessionsFold,
+					Reason: "passed over by the node that fenced at " + strconv.FormatUint(m.Seq, 10) + ": its fencing token is above every lease's"}); err != nil {
+					return err
+				}
+			}
 		case sessionlog.KindCommit:
 			if err := f.commit(tx, p.tok, head, m.Seq, p.entry, p.data, p.body); err != nil {
 				return err

@@ -53,7 +53,14 @@ type Entry struct {
 	// Settings is the fingerprint of the turn settings of the writer (on
 	// fences and commits): which settings a turn ran under.
 	Settings []byte `msgpack:"s,omitempty"`
+	// SetAside, on a fence, lists revisions of entries before it that the
+	// writer passed over as no lease's (their token above every lease's),
+	// at most MaxSetAside: read models set them aside where operators look.
+	SetAside []uint64 `msgpack:"a,omitempty"`
 }
+
+// MaxSetAside bounds the revisions one fence lists in SetAside.
+const MaxSetAside = 64
 
 // ByRef reports whether the entry's body is kept by reference.
 func (e *Entry) ByRef() bool { return e.BodySize > 0 }
@@ -108,6 +115,24 @@ func decodeEntry(b []byte) (*Entry, error) {
 	return &e, nil
 }
 
+// readSeqs reads SetAside: at most MaxSetAside revisions.
+func readSeqs(d *msgpack.Decoder) ([]uint64, error) {
+	n, err := d.DecodeArrayLen()
+	if err != nil || n <= 0 {
+		return nil, err
+	}
+	if n > MaxSetAside {
+		return nil, fmt.Errorf("%d revisions, at most %d", n, MaxSetAside)
+	}
+	out := make([]uint64, n)
+	for i := range out {
+		if out[i], err = d.DecodeUint64(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
 func readEntry(d *msgpack.Decoder, e *Entry) error {
 	n, err := d.DecodeMapLen()
 	if err != nil {
@@ -141,6 +166,8 @@ func readEntry(d *msgpack.Decoder, e *Entry) error {
 			e.BodySize, err = d.DecodeInt64()
 		case "s":
 			e.Settings, err = d.DecodeBytes()
+		case "a":
+			e.SetAside, err = readSeqs(d)
 		default:
 			err = d.Skip()
 		}

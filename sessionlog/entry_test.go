@@ -17,11 +17,19 @@ func TestDecodeEntryRefusesWhatItDidNotWrite(t *testing.T) {
 	if e, err := decodeEntry(b); err != nil || e.Turn != "t1" || e.Stamp() != good.Stamp() {
 		t.Fatalf("round trip: %+v %v", e, err)
 	}
+	fence := &Entry{Kind: KindFence, Token: 4, Owner: "n", SetAside: []uint64{2, 3}}
+	if b, err = encodeEntry(fence); err != nil {
+		t.Fatal(err)
+	}
+	if e, err := decodeEntry(b); err != nil || len(e.SetAside) != 2 || e.SetAside[1] != 3 {
+		t.Fatalf("fence round trip: %+v %v", e, err)
+	}
 	bad := map[string]*Entry{
-		"unknown kind":     {Kind: 9, Token: 1},
-		"no token":         {Kind: KindFence},
-		"commit, no turn":  {Kind: KindCommit, Token: 1, Hash: ContentHash(nil)},
-		"hash of the body": {Kind: KindCommit, Token: 1, Turn: "t", Body: []byte("x"), Hash: ContentHash([]byte("y"))},
+		"too much set aside": {Kind: KindFence, Token: 1, SetAside: make([]uint64, MaxSetAside+1)},
+		"unknown kind":       {Kind: 9, Token: 1},
+		"no token":           {Kind: KindFence},
+		"commit, no turn":    {Kind: KindCommit, Token: 1, Hash: ContentHash(nil)},
+		"hash of the body":   {Kind: KindCommit, Token: 1, Turn: "t", Body: []byte("x"), Hash: ContentHash([]byte("y"))},
 	}
 	for name, e := range bad {
 		b, _ := msgpack.Marshal(e)

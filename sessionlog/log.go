@@ -185,8 +185,9 @@ func (l *Log) Fence(ctx context.Context, session string, token uint64, owner str
 // FenceAfter is Fence on a log the caller has read: rev is the head it
 // read and newest the newest token among the entries through rev. It saves
 // reading the head again; a write since the caller's read is
-// streams.ErrConflict, and the caller reads again.
-func (l *Log) FenceAfter(ctx context.Context, session string, token uint64, owner string, rev, newest uint64) (Position, error) {
+// streams.ErrConflict, and the caller reads again. setAside lists entries
+// the caller passed over (Entry.SetAside; the first MaxSetAside are kept).
+func (l *Log) FenceAfter(ctx context.Context, session string, token uint64, owner string, rev, newest uint64, setAside ...uint64) (Position, error) {
 	if token == 0 {
 		return Position{}, fmt.Errorf("%w: fencing token 0", ErrInvalid)
 	}
@@ -194,17 +195,17 @@ func (l *Log) FenceAfter(ctx context.Context, session string, token uint64, owne
 	if err != nil {
 		return Position{}, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
-	return l.fence(ctx, session, subj, token, owner, rev, newest)
+	return l.fence(ctx, session, subj, token, owner, rev, newest, setAside[:min(len(setAside), MaxSetAside)]...)
 }
 
-func (l *Log) fence(ctx context.Context, session, subj string, token uint64, owner string, rev, newest uint64) (Position, error) {
+func (l *Log) fence(ctx context.Context, session, subj string, token uint64, owner string, rev, newest uint64, setAside ...uint64) (Position, error) {
 	switch {
 	case newest > token:
 		return Position{}, &FencedError{Session: session, Token: token, Holder: newest, Seq: rev}
 	case newest == token && rev > 0:
 		return Position{session: session, subject: subj, seq: rev, token: token}, nil
 	}
-	data, err := encodeEntry(&Entry{Kind: KindFence, Token: token, Owner: owner, Settings: l.settings})
+	data, err := encodeEntry(&Entry{Kind: KindFence, Token: token, Owner: owner, Settings: l.settings, SetAside: setAside})
 	if err != nil {
 		return Position{}, err
 	}
