@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 )
 
 // freePort returns a TCP port nothing listens on now.
@@ -42,16 +43,35 @@ func inDir(t *testing.T, dir string, env []string, command string, args ...strin
 	return stdout.String(), stderr.String(), code
 }
 
+// staleSeed leaves a user nkey seed the server does not know in dir's
+// data directory, as a node that once ran with --embedded-auth nkey does.
+func staleSeed(t *testing.T, dir string) {
+	t.Helper()
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed, _ := kp.Seed()
+	if err := os.MkdirAll(filepath.Join(dir, "lash-data"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "lash-data", "embedded-nkey.seed"), seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The embedded server with a password: a client without it is refused,
 // the node and lash-admin on the same machine (same directory and
-// settings) need no flag for it; a listener beyond loopback is refused
-// without authentication and turns it on by default.
+// settings) need no flag for it, even with the seed of an earlier nkey
+// mode left there; a listener beyond loopback is refused without
+// authentication and turns it on by default.
 func TestEmbeddedServerAuth(t *testing.T) {
 	dir := t.TempDir()
 	script := filepath.Join(dir, "node.script")
 	if err := os.WriteFile(script, []byte("default\n  say hello\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	staleSeed(t, dir)
 	port := freePort(t)
 	env := []string{"LASH_LISTEN=127.0.0.1:" + port}
 	cmd := exec.Command(binary(t, "lash-node"), "--script", script, "--http", "off", "--embedded-auth", "password")
@@ -109,5 +129,53 @@ func TestEmbeddedServerAuth(t *testing.T) {
 	if nc, err := nats.Connect("nats://127.0.0.1:" + wide); err == nil {
 		nc.Close()
 		t.Fatal("a client without the password connected to a server listening on every interface")
+	}
+}
+
+// The embedded server with an nkey: a client without the seed is refused,
+// one with the seed from the data directory connects (the seed never
+// crosses the wire, and the node does not log it), lash-admin on the same
+// machine needs no flag, elsewhere it is refused.
+func TestEmbeddedServerNkey(t *testing.T) {
+	dir := t.TempDir()
+	script := filepath.Join(dir, "node.script")
+	if err := os.WriteFile(script, []byte("default\n  say hello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	env := []string{"LASH_LISTEN=127.0.0.1:" + port}
+	cmd := exec.Command(binary(t, "lash-node"), "--script", script, "--http", "off", "--embedded-auth", "nkey")
+	cmd.Dir = dir
+	p := startCmd(t, "lash-node", env, cmd)
+	p.waitLine("lash-node running", 30*time.Second)
+	url := "nats://127.0.0.1:" + port
+	if nc, err := nats.Connect(url); err == nil {
+		nc.Close()
+		t.Fatal("a client without the seed connected")
+	} else if !strings.Contains(strings.ToLower(err.Error()), "authorization") {
+		t.Fatalf("a client without the seed: %v; want an authorization error", err)
+	}
+	path := filepath.Join(dir, "lash-data", "embedded-nkey.seed")
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the seed file: %v, %v; want it 0600", fi, err)
+	}
+	seed, _ := os.ReadFile(path)
+	opt, err := nats.NkeyOptionFromSeed(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(url, opt)
+	if err != nil {
+		t.Fatalf("the seed from the data directory: %v", err)
+	}
+	nc.Close()
+	if strings.Contains(strings.Join(p.lines(), "\n"), strings.TrimSpace(string(seed))) {
+		t.Fatal("the node logged the seed")
+	}
+	if out, errOut, code := inDir(t, dir, env, "lash-admin", "send", "s1", "hi"); code != 0 {
+		t.Fatalf("lash-admin send on the same machine: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, errOut, code := inDir(t, t.TempDir(), env, "lash-admin", "streams"); code != 1 || !strings.Contains(strings.ToLower(errOut), "authorization") {
+		t.Fatalf("lash-admin without the data directory: exit %d %s", code, errOut)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 )
 
 // EmbeddedConfig configures the in-process nats-server lash runs when no
@@ -34,6 +36,10 @@ type EmbeddedConfig struct {
 	// clients without them are refused. Empty: no authentication (fit for
 	// a loopback listener only).
 	User, Password string
+	// NkeySeed, if set (a user nkey seed, "SU..."), is the one user the
+	// server admits instead: clients prove they hold the seed, which never
+	// crosses the wire.
+	NkeySeed []byte
 	// Logger receives the server's log: its warnings and errors at their
 	// levels, its notices at debug, an error it cannot run past (a store
 	// directory it cannot use, a port it cannot listen on) at error. Nil
@@ -45,6 +51,7 @@ type EmbeddedConfig struct {
 type Embedded struct {
 	srv            *server.Server
 	user, password string
+	nkey           nats.Option
 }
 
 // StartEmbedded starts the server and waits until it accepts connections.
@@ -67,6 +74,29 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	}
 	if cfg.User != "" {
 		opts.Username, opts.Password = cfg.User, cfg.Password
+	}
+	var nkey nats.Option
+	if len(cfg.NkeySeed) != 0 {
+		// A key pair wipes the seed it was made from: give it copies.
+		kp, err := nkeys.FromSeed(slices.Clone(cfg.NkeySeed))
+		if err != nil {
+			return nil, fmt.Errorf("streams: embedded server's nkey seed: %w", err)
+		}
+		pub, err := kp.PublicKey()
+		if err != nil || !nkeys.IsValidPublicUserKey(pub) {
+			return nil, fmt.Errorf("streams: embedded server's nkey seed is not a user's (SU...)")
+		}
+		opts.Nkeys = []*server.NkeyUser{{Nkey: pub}}
+		seed := slices.Clone(cfg.NkeySeed)
+		nkey = nats.Nkey(pub, func(nonce []byte) ([]byte, error) {
+			kp, err := nkeys.FromSeed(slices.Clone(seed))
+			if err != nil {
+				return nil, err
+			}
+			defer kp.Wipe()
+			return kp.Sign(nonce)
+		})
+		kp.Wipe()
 	}
 	switch cfg.Listen {
 	case "none":
@@ -100,7 +130,7 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		srv.WaitForShutdown()
 		return nil, err
 	}
-	return &Embedded{srv: srv, user: cfg.User, password: cfg.Password}, nil
+	return &Embedded{srv: srv, user: cfg.User, password: cfg.Password, nkey: nkey}, nil
 }
 
 // readyPoll is how long one readiness check of the server may wait: how
@@ -184,6 +214,9 @@ func (l *serverLogger) Fatalf(format string, v ...any) {
 func (e *Embedded) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	if e.user != "" {
 		opts = append(opts, nats.UserInfo(e.user, e.password))
+	}
+	if e.nkey != nil {
+		opts = append(opts, e.nkey)
 	}
 	return nats.Connect("", append(opts, nats.InProcessServer(e.srv))...)
 }

@@ -314,14 +314,31 @@ func (a *app) connect() error {
 	if err != nil {
 		return err
 	}
+	var nc *nats.Conn
 	if a.conn.URL == "" && a.conn.User == "" && a.conn.Creds == "" {
-		// lash-node's embedded server on this machine: its password, if
-		// it takes one (a server without authentication ignores it).
-		if b, err := os.ReadFile(filepath.Join(a.data, "embedded-password")); err == nil && len(bytes.TrimSpace(b)) > 0 {
-			a.conn.User, a.conn.Password = "lash", string(bytes.TrimSpace(b))
+		// lash-node's embedded server on this machine: its nkey or its
+		// password, whichever it takes (a server without authentication
+		// ignores them; both files stay when a node changes mode).
+		var tries []cli.Conn
+		if seed := filepath.Join(a.data, "embedded-nkey.seed"); fileExists(seed) {
+			c := a.conn
+			c.Creds = seed
+			tries = append(tries, c)
 		}
+		if b, err := os.ReadFile(filepath.Join(a.data, "embedded-password")); err == nil && len(bytes.TrimSpace(b)) > 0 {
+			c := a.conn
+			c.User, c.Password = "lash", string(bytes.TrimSpace(b))
+			tries = append(tries, c)
+		}
+		for _, c := range append(tries, a.conn) {
+			nc, err = c.Connect("lash-admin", url)
+			if err == nil || !errors.Is(err, nats.ErrAuthorization) && !errors.Is(err, nats.ErrNkeysNotSupported) {
+				break
+			}
+		}
+	} else {
+		nc, err = a.conn.Connect("lash-admin", url)
 	}
-	nc, err := a.conn.Connect("lash-admin", url)
 	if err != nil {
 		return err
 	}
@@ -366,4 +383,9 @@ func (a *app) url() (string, error) {
 		host = "127.0.0.1"
 	}
 	return "nats://" + net.JoinHostPort(host, port), nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

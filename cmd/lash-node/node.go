@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,7 @@ import (
 	"github.com/lash-run/lash/nodeapi"
 	"github.com/lash-run/lash/streams"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -284,7 +286,18 @@ func connect(s *settings, log *slog.Logger, watch *connWatch, cleanups *[]func()
 	}
 	cfg := streams.EmbeddedConfig{StoreDir: filepath.Join(s.data, "nats"), Listen: listen, Logger: log}
 	host, _, _ := net.SplitHostPort(s.listen)
-	if s.embeddedPassword(host) {
+	switch {
+	case s.embeddedAuth == "nkey":
+		seed, err := embeddedNkey(s.data)
+		if err != nil {
+			return nil, err
+		}
+		cfg.NkeySeed = seed
+		if !loopback(host) {
+			log.Warn("the embedded server listens beyond this host: clients need the nkey seed in "+
+				filepath.Join(s.data, embeddedNkeyFile), "listen", s.listen)
+		}
+	case s.embeddedPassword(host):
 		pw, err := embeddedPassword(s.data)
 		if err != nil {
 			return nil, err
@@ -305,7 +318,14 @@ func connect(s *settings, log *slog.Logger, watch *connWatch, cleanups *[]func()
 		return nil, err
 	}
 	*cleanups = append(*cleanups, func() { watch.close(nc) })
-	log.Info("embedded NATS with JetStream running", "url", e.ClientURL(), "data", s.data, "fsync", "always", "auth", cfg.User != "")
+	auth := "none"
+	switch {
+	case cfg.User != "":
+		auth = "password"
+	case cfg.NkeySeed != nil:
+		auth = "nkey"
+	}
+	log.Info("embedded NATS with JetStream running", "url", e.ClientURL(), "data", s.data, "fsync", "always", "auth", auth)
 	return nc, nil
 }
 
@@ -349,10 +369,43 @@ func eventSecret(path, data string) ([]byte, error) {
 
 // EmbeddedUser is the embedded server's one user when it takes a
 // password; embeddedPasswordFile, in the data directory, holds it.
+// embeddedNkeyFile holds the user nkey seed of --embedded-auth nkey.
 const (
 	EmbeddedUser         = "lash"
 	embeddedPasswordFile = "embedded-password"
+	embeddedNkeyFile     = "embedded-nkey.seed"
 )
+
+// embeddedNkey reads the embedded server's user nkey seed from the data
+// directory, made on first use. lash-admin on the same machine reads it
+// there (a bare seed is a credentials file to it).
+func embeddedNkey(data string) ([]byte, error) {
+	path := filepath.Join(data, embeddedNkeyFile)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		kp, err := nkeys.CreateUser()
+		if err != nil {
+			return nil, err
+		}
+		seed, err := kp.Seed()
+		if err != nil {
+			return nil, err
+		}
+		err = os.WriteFile(path, append(slices.Clone(seed), '\n'), 0o600)
+		kp.Wipe() // wipes seed too: it is the key pair's own
+		if err != nil {
+			return nil, fmt.Errorf("making the embedded server's nkey: %w", err)
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	seed := bytes.TrimSpace(b)
+	if _, err := nkeys.FromSeed(seed); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return seed, nil
+}
 
 // embeddedPassword reads the embedded server's password from the data
 // directory, made with 128 random bits on first use. lash-admin on the

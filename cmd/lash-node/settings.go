@@ -62,7 +62,7 @@ func newFlagSet(s *settings) *flag.FlagSet {
 	s.conn.Register(fs, "`URL` of the NATS servers to join (comma-separated); empty: start the embedded server")
 	fs.StringVar(&s.data, "data", "lash-data", "`directory` for the embedded server's JetStream files and the node's session projection (a cache, rebuilt from the streams when deleted)")
 	fs.StringVar(&s.listen, "listen", "127.0.0.1:4222", "client `address` of the embedded server, for the nats CLI and other nodes; port 0 picks a free one")
-	fs.StringVar(&s.embeddedAuth, "embedded-auth", "auto", "`mode` of the embedded server's authentication: password (user lash, the password in <data>/embedded-password, made on first start), none (refused unless --listen is loopback), auto (none on loopback, password otherwise)")
+	fs.StringVar(&s.embeddedAuth, "embedded-auth", "auto", "`mode` of the embedded server's authentication: password (user lash, the password in <data>/embedded-password, made on first start), nkey (the user nkey whose seed is <data>/embedded-nkey.seed, made on first start; the seed never crosses the wire), none (refused unless --listen is loopback), auto (none on loopback, password otherwise)")
 	s.machine.Register(fs)
 	fs.StringVar(&s.script, "script", "", "scripted model: a script `file` (format: provider/scripted), for offline runs")
 	fs.StringVar(&s.baseURL, "base-url", "", "OpenAI-compatible API `URL`, with the /v1 path (default with --model: "+openai.DefaultBaseURL+"); the key is read from "+apiKeyEnv)
@@ -186,13 +186,13 @@ func (s *settings) check() error {
 			return usage("--listen %q: want host:port", s.listen)
 		}
 		switch s.embeddedAuth {
-		case "auto", "password":
+		case "auto", "password", "nkey":
 		case "none":
 			if !loopback(host) {
 				return usage("--listen %s opens the embedded server beyond this host without authentication: use --embedded-auth password (or auto), or a loopback address", s.listen)
 			}
 		default:
-			return usage("--embedded-auth %q: give password, none or auto", s.embeddedAuth)
+			return usage("--embedded-auth %q: give password, nkey, none or auto", s.embeddedAuth)
 		}
 	}
 	if s.http != "off" {
