@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lash-run/lash/live"
 	"github.com/lash-run/lash/provider/scripted"
 	"github.com/lash-run/lash/testenv"
 	"github.com/lash-run/lash/tools"
@@ -55,9 +56,9 @@ func TestLiveEvents(t *testing.T) {
 	n := r.node("a")
 	watch := r.conn()
 	var mu sync.Mutex
-	var events []LiveEvent
+	var events []live.Event
 	sub, err := watch.Subscribe("lash.live.s1", func(m *nats.Msg) {
-		var ev LiveEvent
+		var ev live.Event
 		if err := json.Unmarshal(m.Data, &ev); err == nil {
 			mu.Lock()
 			events = append(events, ev)
@@ -81,12 +82,10 @@ func TestLiveEvents(t *testing.T) {
 		defer mu.Unlock()
 		var types []string
 		for _, ev := range events {
-			for _, e := range ev.Events {
-				types = append(types, e.Type)
-			}
+			types = append(types, ev.Type)
 		}
 		all := strings.Join(types, " ")
-		for _, want := range []string{turn.EventRunStarted, turn.EventToolStarted, turn.EventToolFinished, turn.EventRunFinished} {
+		for _, want := range []string{"run_started", "tool_started", "tool_finished", "run_finished", "message", "turn_committed"} {
 			if !strings.Contains(all, want) {
 				return &missing{want, all}
 			}
@@ -105,16 +104,14 @@ func TestTurnStream(t *testing.T) {
 	r := newRig(t)
 	n := r.node("a")
 	var types []string
-	res, err := n.Session("s1").Turn("k1", Input{Text: "Weather in Oslo, Lima and Pune?"}).Stream(r.ctx, func(ev LiveEvent) {
-		for _, e := range ev.Events {
-			types = append(types, e.Type)
-		}
+	res, err := n.Session("s1").Turn("k1", Input{Text: "Weather in Oslo, Lima and Pune?"}).Stream(r.ctx, func(ev live.Event) {
+		types = append(types, ev.Type)
 	})
 	if err != nil || res.Turn != "in-1" || res.Outcome.Termination.Reason != turn.NaturalEnd {
 		t.Fatalf("turn %+v, %v", res, err)
 	}
 	all := strings.Join(types, " ")
-	if !strings.Contains(all, turn.EventToolStarted) || !strings.Contains(all, turn.EventRunFinished) {
+	if !strings.Contains(all, "tool_started") || !strings.Contains(all, "run_finished") {
 		t.Fatalf("live events: %s", all)
 	}
 }

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/lash-run/lash/effectlog"
+	"github.com/lash-run/lash/live"
 	"github.com/lash-run/lash/sessionlog"
 	"github.com/lash-run/lash/turn"
 )
@@ -95,9 +97,11 @@ func (d *drive) run(ctx context.Context, st *state, in Input, recs []*effectlog.
 	for {
 		switch e := m.Next().(type) {
 		case *turn.Progress:
-			d.publish(LiveEvent{Type: "progress", Turn: d.turn, Messages: e.Messages, Events: e.Events})
+			for _, ev := range live.Progress(e) {
+				d.publish(ev)
+			}
 		case *turn.Emit:
-			d.publish(LiveEvent{Type: "emit", Turn: d.turn, Events: []turn.Event{e.Event}})
+			d.publish(live.Notice(e.Event))
 		case *turn.Done:
 			return e.Outcome, nil
 		case *turn.ToolCalls:
@@ -295,7 +299,15 @@ func (d *drive) perform(ctx context.Context, e turn.Effect) (*answer, error) {
 		return &answer{Tools: specs}, nil
 	case *turn.LLMCall:
 		ectx, done := d.interrupt.begin(ctx)
-		resp, err := n.opts.model.Complete(ectx, e.Request, nil)
+		// Streamed: watchers see the answer as it comes. Only an executed
+		// call streams; a replayed one is answered from the journal.
+		var onDelta func(string)
+		if !n.opts.noStreaming {
+			deltas := newDeltas(d, uint64(e.H.ID))
+			defer deltas.flush()
+			onDelta = deltas.add
+		}
+		resp, err := n.opts.model.Complete(ectx, e.Request, onDelta)
 		stop := done()
 		if stop != nil {
 			return stop, nil // cancelled by an input: the partial answer is dropped
@@ -304,7 +316,10 @@ func (d *drive) perform(ctx context.Context, e turn.Effect) (*answer, error) {
 			if ctx.Err() != nil {
 				return nil, context.Cause(ctx) // not the model's answer: record nothing
 			}
-			return &answer{CallErr: callError(err)}, nil
+			ce := callError(err)
+			n.opts.logger.Warn("model call failed", "session", d.s.id, "turn", d.turn, "code", ce.Code, "retryable", ce.Retryable,
+				"err", ce.Message)
+			return &answer{CallErr: ce}, nil
 		}
 		return &answer{Response: &resp}, nil
 	case *turn.Checkpoint:
@@ -385,26 +400,23 @@ func (d *drive) arrived(ctx context.Context, warn bool) (*answer, error) {
 	return a, err
 }
 
-// LiveEvent is what a turn publishes, as JSON, on the session's live
-// subject (p.live.<session>) for UIs: ephemeral, never journaled.
-type LiveEvent struct {
-	Type     string         `json:"type"`
-	Turn     string         `json:"turn"`
-	Messages []turn.Message `json:"messages,omitempty"`
-	Events   []turn.Event   `json:"events,omitempty"`
-}
+func (d *drive) publish(ev live.Event) { d.s.publishLive(d.turn, ev) }
 
-func (d *drive) publish(ev LiveEvent) {
-	subj, err := d.s.n.client.Subjects().Live(d.s.id)
+// publishLive publishes ev on the session's live subject (package live),
+// where the LIVE stream keeps it for watchers. Without waiting for the
+// stream: live events are for watchers, never journaled, and a lost one
+// loses no truth.
+func (s *Session) publishLive(turnID string, ev live.Event) {
+	subj, err := s.n.client.Subjects().Live(s.id)
 	if err != nil {
 		return
 	}
+	ev.V, ev.Session, ev.Turn, ev.Node, ev.At = live.Version, s.id, turnID, s.n.runName, time.Now().UTC()
 	data, err := json.Marshal(ev)
 	if err != nil {
 		return
 	}
-	// Best effort: live events are hints for watchers, not state.
-	_ = d.s.n.nc.Publish(subj, data)
+	_ = s.n.nc.Publish(subj, data)
 }
 
 // toolCalls answers a batch: calls recorded in the journal are not run
@@ -615,6 +627,13 @@ func (d *drive) toolCall(ctx, ectx context.Context, pc turn.PendingCall, cause i
 		res = turn.ToolResult{CallID: pc.Call.ID, Status: turn.ToolError,
 			Output: fmt.Sprintf("the tool's result takes %d bytes, more than the %d bytes lash keeps", len(res.Output), max-4<<10)}
 	}
+	if res.Status == turn.ToolError {
+		// The model sees the error; operators see it here. Only the
+		// first line, clipped: a tool's output is not a log line.
+		first, _, _ := strings.Cut(res.Output, "\n")
+		n.opts.logger.Info("tool call failed", "session", d.s.id, "turn", d.turn, "tool", pc.Call.Name, "call", pc.Call.ID,
+			"took", took.Round(time.Millisecond), "err", first[:min(len(first), 200)])
+	}
 	a := &answer{Result: &res, Took: took, Request: renderCall(pc)}
 	if carry {
 		a.Next = d.peek(ctx)
@@ -659,4 +678,54 @@ func (d *drive) attributed(ctx context.Context, rec *effectlog.Record) error {
 		return nil
 	}
 	return terminal(FailUnreadableJournal, fmt.Errorf("journal record %s was written by %q, which never fenced this turn: set aside, not replayed", rec.Key, rec.Recorder))
+}
+
+// deltas gathers the pieces of a streamed answer into text_delta events:
+// a piece after a quiet spell goes out at once, pieces that come faster
+// go out together at most deltaEvery apart, so a fast stream costs tens of
+// events a second, not one per token.
+type deltas struct {
+	d      *drive
+	effect uint64
+	mu     sync.Mutex
+	buf    strings.Builder
+	last   time.Time
+	timer  *time.Timer
+}
+
+const deltaEvery = 50 * time.Millisecond
+
+func newDeltas(d *drive, effect uint64) *deltas { return &deltas{d: d, effect: effect} }
+
+func (x *deltas) add(text string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.buf.WriteString(text)
+	switch wait := deltaEvery - time.Since(x.last); {
+	case wait <= 0 || x.buf.Len() >= live.MaxText:
+		x.flushLocked()
+	case x.timer == nil:
+		x.timer = time.AfterFunc(wait, x.flush)
+	}
+}
+
+func (x *deltas) flush() {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.flushLocked()
+}
+
+func (x *deltas) flushLocked() {
+	if x.timer != nil {
+		x.timer.Stop()
+		x.timer = nil
+	}
+	if x.buf.Len() == 0 {
+		return
+	}
+	for _, ev := range live.Deltas(x.effect, x.buf.String()) {
+		x.d.publish(ev)
+	}
+	x.buf.Reset()
+	x.last = time.Now()
 }

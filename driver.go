@@ -11,6 +11,7 @@ import (
 	"github.com/lash-run/lash/blobs"
 	"github.com/lash-run/lash/effectlog"
 	"github.com/lash-run/lash/leases"
+	"github.com/lash-run/lash/live"
 	"github.com/lash-run/lash/sessionlog"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/turn"
@@ -127,10 +128,12 @@ func (s *Session) run(ctx context.Context) (_ []TurnResult, _ uint64, err error)
 	}
 	if cause := context.Cause(ctx); err != nil && cause != nil && errors.Is(cause, ErrLeaseLost) {
 		err = cause
+		n.opts.logger.Warn("session lease lost mid-run; another node finishes the turn", "session", s.id, "err", err)
 		n.observe(Event{Kind: EventLeaseLost, Session: s.id, Err: err})
 	}
 	if err != nil && !errors.Is(err, ErrSettingsMismatch) {
 		n.observe(Event{Kind: EventTurnFailed, Session: s.id, Err: err})
+		s.publishLive("", live.Event{Type: live.TypeTurnFailed, Error: err.Error()})
 	}
 	return results, cursor, err
 }
@@ -196,6 +199,10 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 		// this one kept the state): read it and decide again.
 	}
 	attempt, fresh := st.attempts+1, st.fresh(n.settings.fingerprint[:])
+	if attempt > 1 {
+		n.opts.logger.Info("taking over a turn other runs began", "session", s.id, "turn", turnID(next.Seq), "attempt", attempt,
+			"runs", st.runs)
+	}
 	if pos.Seq() == st.rev {
 		// The log ends with this token's own write: the lease came back
 		// with the token of a run of this node whose release did not land.
@@ -386,6 +393,11 @@ func (s *Session) runTurn(ctx context.Context, pos sessionlog.Position, st *stat
 		n.observe(Event{Kind: EventTurnAborted, Session: s.id, Turn: id, Code: f.code, Err: f.err})
 	}
 	n.observe(Event{Kind: EventTurnCommitted, Session: s.id, Turn: id, Took: time.Since(began)})
+	n.opts.logger.Info("turn committed", "session", s.id, "turn", id, "executed", d.executed, "replayed", d.replayed,
+		"took", time.Since(began).Round(time.Millisecond), "status", body.Outcome.Status.String(),
+		"termination", body.Outcome.Termination.String(), "attempt", t.attempt)
+	s.publishLive(id, live.Event{Type: live.TypeTurnCommitted, Status: body.Outcome.Status.String(),
+		Termination: body.Outcome.Termination.Reason.String(), Code: body.Outcome.Termination.Code})
 	if err := s.boundary("after-commit"); err != nil {
 		return nil, err
 	}

@@ -365,7 +365,9 @@ func TestLargePayloadsByReference(t *testing.T) {
 	first.Close(context.Background())
 	asked := models.Requests()
 	// A long lease: the turns move MiBs, slowly under the race detector.
-	second := r.node("second", WithTools(reg), WithStreams(cfg), WithLeaseTTL(10*time.Second))
+	// Not streamed: megabytes of answer in word-sized chunks take longer
+	// than the model timeout under the race detector.
+	second := r.node("second", WithTools(reg), WithStreams(cfg), WithLeaseTTL(10*time.Second), WithStreaming(false))
 	res := runUntilFree(t, second.Session("big"))
 	if len(res) != 1 || res[0].Executed != 0 || res[0].Outcome.Termination.Reason != turn.NaturalEnd || runs.Load() != 3 || models.Requests() != asked {
 		t.Fatalf("replay: %+v; tool runs %d, model requests %d (were %d)", res, runs.Load(), models.Requests(), asked)

@@ -36,6 +36,8 @@ type Model interface {
 type Option func(*options)
 
 type options struct {
+	// noStreaming: ask models for whole answers (WithStreaming(false)).
+	noStreaming bool
 	conn        *nats.Conn
 	storeDir    string
 	streams     streams.Config
@@ -100,6 +102,12 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // from the streams while the node runs. They are caches: deleting them
 // loses nothing.
 func WithProjection(dir string) Option { return func(o *options) { o.projection = dir } }
+
+// WithStreaming says whether model answers are streamed (the default):
+// pieces go out as live text_delta events while the call runs. Off, a
+// model is asked for whole answers and watchers see each when its call
+// ends. The journal records whole answers either way.
+func WithStreaming(on bool) Option { return func(o *options) { o.noStreaming = !on } }
 
 // Node runs sessions' turns. Any number of nodes share a deployment.
 type Node struct {

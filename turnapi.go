@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/lash-run/lash/live"
 	"github.com/nats-io/nats.go"
 )
 
@@ -24,9 +25,9 @@ func (s *Session) Turn(key string, in Input) *Turn { return &Turn{s: s, key: key
 func (t *Turn) Run(ctx context.Context) (*TurnResult, error) { return t.Stream(ctx, nil) }
 
 // Stream is Run, calling live with the turn's live events as they happen.
-func (t *Turn) Stream(ctx context.Context, live func(LiveEvent)) (*TurnResult, error) {
+func (t *Turn) Stream(ctx context.Context, onEvent func(live.Event)) (*TurnResult, error) {
 	n := t.s.n
-	if live != nil {
+	if onEvent != nil {
 		subj, err := n.client.Subjects().Live(t.s.id)
 		if err != nil {
 			return nil, err
@@ -42,9 +43,9 @@ func (t *Turn) Stream(ctx context.Context, live func(LiveEvent)) (*TurnResult, e
 			return nil, err
 		}
 		deliver := func(m *nats.Msg) {
-			var ev LiveEvent
+			var ev live.Event
 			if json.Unmarshal(m.Data, &ev) == nil {
-				live(ev)
+				onEvent(ev)
 			}
 		}
 		done := make(chan struct{})

@@ -93,6 +93,11 @@ func adopt(ctx context.Context, js jetstream.JetStream, cfg Config) (Config, err
 	if fx.MaxAge == 0 {
 		cfg.JournalRetention = -1
 	}
+	live, err := info(Live)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.LiveRetention, cfg.LiveMaxBytes, cfg.LiveFile = live.MaxAge, live.MaxBytes, live.Storage == jetstream.FileStorage
 	if n, err := strconv.Atoi(sess.Metadata[metaInline]); err == nil {
 		cfg.InlineBytes = n
 	}

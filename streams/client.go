@@ -78,6 +78,8 @@ func (c *Client) streamOf(subject string) (jetstream.Stream, error) {
 			return c.streams[Triggers], nil
 		case "timer":
 			return c.streams[Timers], nil
+		case "live":
+			return c.streams[Live], nil
 		}
 	}
 	if strings.HasPrefix(subject, "$O."+c.cfg.blobBucket()+".") {

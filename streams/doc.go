@@ -15,6 +15,9 @@
 //	             p.fx.<session>.<turn>.<effect>.<call|_>.i   "started" intent
 //	P_PROCESSES  p.proc.<process>.ev
 //	P_TRIGGERS   p.signal.>, p.trig.>
+//	P_TIMERS     p.timer.>            durable timers (message schedules)
+//	P_LIVE       p.live.<session>     live events, bounded by age and bytes,
+//	                                  in memory unless Config.LiveFile
 //	P_LEASES     KV bucket: leases and node liveness, per-key TTL
 //	P_BLOBS      object store (stream OBJ_P_BLOBS): payloads by reference,
 //	             named by their hex sha256

@@ -94,6 +94,22 @@ func (c *Client) LastSeq(ctx context.Context, s Stream) (uint64, error) {
 	return info.State.LastSeq, nil
 }
 
+// Bounds are the first and last sequences stream s keeps, as its leader
+// reports them; an empty stream has first = last+1.
+func (c *Client) Bounds(ctx context.Context, s Stream) (first, last uint64, err error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	var info *jetstream.StreamInfo
+	err = retryRead(ctx, func() (err error) {
+		info, err = c.streams[s].Info(ctx)
+		return err
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("streams: info %s: %w", c.cfg.streamName(s), err)
+	}
+	return info.State.FirstSeq, info.State.LastSeq, nil
+}
+
 // IsBatchCommit and BatchID read the atomic batch headers a stored message
 // keeps, so readers can apply a batch all or nothing.
 func (m *Msg) BatchID() string { return m.Header.Get(hdrBatchID) }

@@ -76,6 +76,13 @@ type Config struct {
 	// inspect a committed turn, and longer than any turn runs. The server
 	// removes older records. Default 7 days; negative keeps them forever.
 	JournalRetention time.Duration
+	// LiveRetention and LiveMaxBytes bound the LIVE stream, where live
+	// events are kept for watchers that reconnect: the oldest are dropped
+	// first. Defaults 1 hour and 64 MiB. LiveFile keeps them in files
+	// instead of memory, so they outlive a server restart.
+	LiveRetention time.Duration
+	LiveMaxBytes  int64
+	LiveFile      bool
 }
 
 // Defaults.
@@ -91,6 +98,9 @@ const (
 	entrySlack = 8 << 10
 	// DefaultJournalRetention keeps effect records a week.
 	DefaultJournalRetention = 7 * 24 * time.Hour
+	// DefaultLiveRetention and DefaultLiveMaxBytes bound the LIVE stream.
+	DefaultLiveRetention = time.Hour
+	DefaultLiveMaxBytes  = 64 << 20
 )
 
 var prefixRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
@@ -120,6 +130,12 @@ func (c Config) withDefaults() Config {
 	if c.MaxPayloadBytes == 0 {
 		c.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
+	if c.LiveRetention == 0 {
+		c.LiveRetention = DefaultLiveRetention
+	}
+	if c.LiveMaxBytes == 0 {
+		c.LiveMaxBytes = DefaultLiveMaxBytes
+	}
 	return c
 }
 
@@ -135,6 +151,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("streams: duplicate window %s: must be at least a second", c.DuplicateWindow)
 	case c.JournalRetention > 0 && c.JournalRetention < c.DuplicateWindow:
 		return fmt.Errorf("streams: journal retention %s is shorter than the duplicate window %s", c.JournalRetention, c.DuplicateWindow)
+	case c.LiveRetention < time.Second || c.LiveMaxBytes < 1<<20:
+		return fmt.Errorf("streams: live retention %s and max bytes %d: at least a second and 1 MiB", c.LiveRetention, c.LiveMaxBytes)
 	case c.MaxMsgSize < 1024:
 		return fmt.Errorf("streams: max message size %d: must be at least 1024", c.MaxMsgSize)
 	case c.InlineBytes < 1:
@@ -161,10 +179,13 @@ const (
 	// and the index of parked signal waits: nodes alone write there, since
 	// schedules need roll-ups, which a publisher could turn on the stream.
 	Timers
+	// Live keeps the live events of running turns for a while, so a
+	// watcher that reconnects reads what it missed: derived, never truth.
+	Live
 	numStreams
 )
 
-var streamSuffix = [numStreams]string{"SESSIONS", "EFFECTS", "PROCESSES", "TRIGGERS", "TIMERS"}
+var streamSuffix = [numStreams]string{"SESSIONS", "EFFECTS", "PROCESSES", "TRIGGERS", "TIMERS", "LIVE"}
 
 // Names of the deployment's streams and buckets.
 func (c Config) streamName(s Stream) string {
@@ -193,6 +214,7 @@ func (c Config) streamConfig(s Stream) jetstream.StreamConfig {
 		Processes: {p + ".proc.>"},
 		Triggers:  {p + ".signal.>", p + ".trig.>"},
 		Timers:    {p + ".timer.>"},
+		Live:      {p + ".live.>"},
 	}[s]
 	var maxAge time.Duration
 	if s == Effects && c.JournalRetention > 0 {
@@ -223,6 +245,16 @@ func (c Config) streamConfig(s Stream) jetstream.StreamConfig {
 		// up) and fire messages with a TTL.
 		cfg.AllowAtomicPublish = false
 		cfg.AllowMsgSchedules, cfg.AllowMsgTTL, cfg.AllowRollup = true, true, true
+	}
+	if s == Live {
+		// Bounded by age and bytes, in memory unless asked: events are
+		// published without waiting for the stream, and losing them loses
+		// no truth. No dedupe: nothing publishes them twice on purpose.
+		cfg.MaxAge, cfg.MaxBytes, cfg.MaxMsgSize = c.LiveRetention, c.LiveMaxBytes, c.MaxMsgSize
+		cfg.Duplicates, cfg.AllowAtomicPublish = min(c.DuplicateWindow, c.LiveRetention), false
+		if !c.LiveFile {
+			cfg.Storage = jetstream.MemoryStorage
+		}
 	}
 	return cfg
 }
@@ -306,13 +338,24 @@ func (c *Client) bindBlobs(ctx context.Context) error {
 }
 
 // ensureStream creates want, or checks the stream of that name against it.
+// The LIVE stream's age and size limits are operational, not rules
+// anything relies on: a node brings them to its settings.
 func (c *Client) ensureStream(ctx context.Context, want jetstream.StreamConfig) error {
 	_, err := c.js.CreateStream(ctx, want)
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 		var st jetstream.Stream
-		if st, err = c.js.Stream(ctx, want.Name); err == nil {
-			err = compareStream(want, st.CachedInfo().Config)
+		if st, err = c.js.Stream(ctx, want.Name); err != nil {
+			return err
 		}
+		got := st.CachedInfo().Config
+		if want.Name == c.cfg.streamName(Live) && (got.MaxAge != want.MaxAge || got.MaxBytes != want.MaxBytes) &&
+			got.Storage == want.Storage {
+			got.MaxAge, got.MaxBytes = want.MaxAge, want.MaxBytes
+			if _, err := c.js.UpdateStream(ctx, got); err != nil {
+				return err
+			}
+		}
+		err = compareStream(want, got)
 	}
 	return err
 }

@@ -191,7 +191,15 @@ func (s *ModelServer) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	id := "chatcmpl-" + rec.Hash[:16]
 	if wr.Stream {
 		includeUsage := wr.StreamOptions != nil && wr.StreamOptions.IncludeUsage
-		writeStream(w, id, req.Model, reply.Response, includeUsage)
+		pace := func() bool {
+			if reply.Pace <= 0 {
+				return true
+			}
+			t := time.NewTimer(reply.Pace)
+			defer t.Stop()
+			return s.wait(r, t.C)
+		}
+		writeStream(w, id, req.Model, reply.Response, includeUsage, pace)
 		return
 	}
 	writeCompletion(w, id, req.Model, reply.Response)
@@ -431,10 +439,11 @@ func writeCompletion(w http.ResponseWriter, id, model string, resp turn.ModelRes
 }
 
 // writeStream sends the answer as OpenAI streams it: a first chunk with the
-// role, the text in Chunks, each tool call as a chunk with its id and name
-// followed by its arguments in two pieces, a chunk with the finish reason,
-// the usage chunk if asked for, and [DONE].
-func writeStream(w http.ResponseWriter, id, model string, resp turn.ModelResponse, includeUsage bool) {
+// role, the text in Chunks (pace waits between them; false ends the
+// stream there), each tool call as a chunk with its id and name followed by
+// its arguments in two pieces, a chunk with the finish reason, the usage
+// chunk if asked for, and [DONE].
+func writeStream(w http.ResponseWriter, id, model string, resp turn.ModelResponse, includeUsage bool, pace func() bool) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
@@ -453,7 +462,10 @@ func writeStream(w http.ResponseWriter, id, model string, resp turn.ModelRespons
 
 	empty := ""
 	delta(wireOutput{Role: "assistant", Content: &empty})
-	for _, piece := range scripted.Chunks(resp.Text) {
+	for i, piece := range scripted.Chunks(resp.Text) {
+		if i > 0 && !pace() {
+			return
+		}
 		delta(wireOutput{Content: &piece})
 	}
 	for i, c := range resp.ToolCalls {

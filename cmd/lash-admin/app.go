@@ -57,7 +57,7 @@ func commands() []*command {
 		triggersReviveCmd, triggersOccurrencesCmd, triggersDeliveriesCmd, triggersScheduleCmd, triggersUnscheduleCmd,
 		triggersSchedulesCmd, waitsLsCmd, waitsCancelCmd, waitsRevokeCmd,
 		leasesLsCmd, nodesLsCmd, streamsCmd, quarantineLsCmd,
-		sendCmd, decideCmd, cancelCmd, signalCmd, rebuildCmd, verifyCmd, permissionsCmd}
+		watchCmd, sendCmd, decideCmd, cancelCmd, signalCmd, rebuildCmd, verifyCmd, permissionsCmd}
 }
 
 // app is one run of lash-admin.
@@ -83,6 +83,10 @@ type app struct {
 	json               bool
 	asConfigured       bool
 	key, payload, mode string
+	// from: watch's cursor; wait and waitTimeout: send --wait.
+	from        uint64
+	wait        bool
+	waitTimeout time.Duration
 	// limit and after page sessions ls.
 	limit int
 	after string
@@ -173,6 +177,10 @@ func (a *app) main(args []string) error {
 		name, _, hasValue := splitFlag(arg)
 		if name == "h" || name == "help" {
 			a.usage(a.stdout)
+			return errHelp
+		}
+		if cli.IsVersionFlag(arg) {
+			fmt.Fprintln(a.stdout, "lash-admin", cli.Version(version))
 			return errHelp
 		}
 		f := probe.Lookup(name)

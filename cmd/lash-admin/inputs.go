@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/lash-run/lash"
 	"github.com/lash-run/lash/sessionlog"
+	"github.com/lash-run/lash/streams"
 	"github.com/oklog/ulid/v2"
 )
 
@@ -23,11 +25,34 @@ var sendCmd = &command{
 	doc: `Appends a user message to the session's inputs (<prefix>.sess.<ID>.in); a node runs a
 turn for it. The session need not exist: a first input starts it. TEXT "-" reads the
 message from stdin. Prints the input's sequence, and whether it was a duplicate of an
-earlier append with the same --key.`,
+earlier append with the same --key. With --wait it prints instead the answer of the turn
+that consumes the input once that turn is committed (its last assistant text; the turn,
+its status and how it ended on stderr, or all of it with --json), and fails if the input
+is consumed without a turn or not within --wait-timeout.`,
 	min: 2, max: 2,
-	flags: keyFlag,
+	flags: func(a *app, fs *flag.FlagSet) {
+		keyFlag(a, fs)
+		fs.BoolVar(&a.wait, "wait", false, "wait for the turn that consumes the input and print its answer")
+		fs.DurationVar(&a.waitTimeout, "wait-timeout", 10*time.Minute, "how long --wait waits")
+	},
 	check: checkSend,
-	run:   func(a *app, args []string) error { return a.appendInput(args[0]) },
+	run:   runSend,
+}
+
+func runSend(a *app, args []string) error {
+	if !a.wait {
+		return a.appendInput(args[0])
+	}
+	// The live events from here on: a commit is the moment to look.
+	_, start, err := a.client.Bounds(a.ctx, streams.Live)
+	if err != nil {
+		return err
+	}
+	seq, err := a.appendQuiet(args[0])
+	if err != nil {
+		return err
+	}
+	return a.sendWait(args[0], seq, start)
 }
 
 var decideCmd = &command{
@@ -86,11 +111,32 @@ func (a *app) checkInput(in lash.Input) error {
 }
 
 // appendInput appends the checked input to the session's input subject,
-// or its decision subject for decisions and cancels.
+// or its decision subject for decisions and cancels, and says so.
 func (a *app) appendInput(id string) error {
-	data, err := json.Marshal(a.input)
+	out, err := a.appendChecked(id)
 	if err != nil {
 		return err
+	}
+	return a.emit(out, func(w io.Writer) {
+		if out.Duplicate {
+			fmt.Fprintf(w, "session %s: input %d was appended before with key %s (duplicate; nothing appended)\n", id, out.Seq, out.Key)
+			return
+		}
+		fmt.Fprintf(w, "session %s: input %d appended (key %s)\n", id, out.Seq, out.Key)
+	})
+}
+
+// appendQuiet is appendInput saying nothing: the input's sequence (the
+// first one's for a duplicate).
+func (a *app) appendQuiet(id string) (uint64, error) {
+	out, err := a.appendChecked(id)
+	return out.Seq, err
+}
+
+func (a *app) appendChecked(id string) (appendJSON, error) {
+	data, err := json.Marshal(a.input)
+	if err != nil {
+		return appendJSON{}, err
 	}
 	key := a.key
 	if key == "" {
@@ -102,20 +148,13 @@ func (a *app) appendInput(id string) error {
 	}
 	subj, err := subject(id)
 	if err != nil {
-		return err
+		return appendJSON{}, err
 	}
 	seq, dup, err := appendTo(a.ctx, id, key, data)
 	if err != nil {
-		return err
+		return appendJSON{}, err
 	}
-	out := appendJSON{Session: id, Subject: subj, Seq: seq, Duplicate: dup, Key: key}
-	return a.emit(out, func(w io.Writer) {
-		if dup {
-			fmt.Fprintf(w, "session %s: input %d was appended before with key %s (duplicate; nothing appended)\n", id, seq, key)
-			return
-		}
-		fmt.Fprintf(w, "session %s: input %d appended (key %s)\n", id, seq, key)
-	})
+	return appendJSON{Session: id, Subject: subj, Seq: seq, Duplicate: dup, Key: key}, nil
 }
 
 func checkSend(a *app, args []string) error {

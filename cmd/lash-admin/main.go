@@ -20,6 +20,10 @@ import (
 	"syscall"
 )
 
+// version is set at build time with -ldflags "-X main.version=1.2.3"; a
+// module build reports its own.
+var version = ""
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {

@@ -121,7 +121,9 @@ type sessionShowJSON struct {
 }
 
 // unknownSession is the error for a session the deployment has never seen.
-func unknownSession(id string) error { return fmt.Errorf("unknown session %s", id) }
+func unknownSession(id string) error { return fmt.Errorf("%w %s", errUnknownSession, id) }
+
+var errUnknownSession = errors.New("unknown session")
 
 // head reads a session's head from the projection, caught up through it.
 func (a *app) head(id string) (*projector.Projector, *projector.SessionHead, error) {

@@ -9,30 +9,17 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"regexp"
-	"runtime/debug"
 	"syscall"
+
+	"github.com/lash-run/lash/internal/cli"
 )
 
 // version is the node's version, set at build time with
 // -ldflags "-X main.version=1.2.3"; a module build reports its own.
 var version = ""
 
-var semver = regexp.MustCompile(`^v?(\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?)(?:\+[0-9A-Za-z.-]+)?$`)
-
 // nodeVersion is version as SemVer, as the node API needs it.
-func nodeVersion() string {
-	v := version
-	if v == "" {
-		if bi, ok := debug.ReadBuildInfo(); ok {
-			v = bi.Main.Version
-		}
-	}
-	if m := semver.FindStringSubmatch(v); m != nil {
-		return m[1]
-	}
-	return "0.0.0-dev"
-}
+func nodeVersion() string { return cli.Version(version) }
 
 func main() {
 	ctx, drain := context.WithCancel(context.Background())

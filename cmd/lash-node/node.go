@@ -40,6 +40,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "demo" {
 		return runDemo(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) == 1 && cli.IsVersionFlag(args[0]) {
+		fmt.Fprintln(stdout, "lash-node", nodeVersion())
+		return exitOK
+	}
 	s, fs, err := parseSettings(args)
 	if errors.Is(err, flag.ErrHelp) {
 		printHelp(stdout, fs, s)
@@ -90,7 +94,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
-	opts := []lash.Option{lash.WithConn(nc), lash.WithStreams(s.streams()), lash.WithModel(s.model), lash.WithEventSecret(secret),
+	opts := []lash.Option{lash.WithConn(nc), lash.WithStreams(s.streams()), lash.WithModel(s.model), lash.WithEventSecret(secret), lash.WithStreaming(s.stream),
 		lash.WithTools(ts.reg), lash.WithMachine(s.machine.Config()), lash.WithLeaseTTL(s.leaseTTL),
 		lash.WithToolTimeout(s.toolTimeout), lash.WithConcurrency(s.concurrency), lash.WithLogger(log), lash.WithTurnAttempts(s.turnAttempts),
 		lash.WithProjection(filepath.Join(s.data, "projection")), lash.WithObserver(m.observe)}
@@ -243,6 +247,14 @@ func (w *connWatch) options(log *slog.Logger) []nats.Option {
 			case w.lost <- closedForGood(nc):
 			default:
 			}
+		}),
+		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if !w.ours.Load() {
+				log.Warn("NATS disconnected; reconnecting", "url", nc.ConnectedUrlRedacted(), "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted())
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			if sub != nil {

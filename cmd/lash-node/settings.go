@@ -36,6 +36,11 @@ type settings struct {
 	script       string
 	baseURL      string
 	modelTimeout time.Duration
+	stream       bool
+	// live: the LIVE stream's bounds and storage.
+	liveRetention time.Duration
+	liveMaxBytes  cli.Size
+	liveStorage   string
 
 	nodeID       string
 	concurrency  int
@@ -67,6 +72,11 @@ func newFlagSet(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.script, "script", "", "scripted model: a script `file` (format: provider/scripted), for offline runs")
 	fs.StringVar(&s.baseURL, "base-url", "", "OpenAI-compatible API `URL`, with the /v1 path (default with --model: "+openai.DefaultBaseURL+"); the key is read from "+apiKeyEnv)
 	fs.DurationVar(&s.modelTimeout, "model-timeout", 5*time.Minute, "bound on one model call (0: none)")
+	fs.BoolVar(&s.stream, "stream", true, "stream model answers: pieces go out as live text_delta events while the call runs (false: whole answers)")
+	fs.DurationVar(&s.liveRetention, "live-retention", streams.DefaultLiveRetention, "how long the LIVE stream keeps live events for watchers that reconnect")
+	s.liveMaxBytes = streams.DefaultLiveMaxBytes
+	fs.Var(&s.liveMaxBytes, "live-max-bytes", "most `size` the LIVE stream keeps; the oldest events go first")
+	fs.StringVar(&s.liveStorage, "live-storage", "memory", "`storage` of the LIVE stream: memory (lost with the server) or file (set when the stream is created)")
 	fs.StringVar(&s.nodeID, "node-id", "", "the node's `name` in leases, logs and the node API (default: a fresh id each start)")
 	fs.IntVar(&s.concurrency, "concurrency", 16, "`sessions` this node runs at once")
 	fs.DurationVar(&s.leaseTTL, "lease-ttl", 15*time.Second, "how long a session lease outlives its last renewal (whole seconds): how soon another node takes over the sessions of a node that vanished")
@@ -91,10 +101,11 @@ var sections = []cli.Section{
 	{Title: "Settings file", Names: []string{"config"}},
 	{Title: "NATS (default: an embedded server)", Names: []string{"nats", "creds", "user", "password", "tls-cert", "tls-key", "tls-ca", "prefix", "replicas", "inbox-prefix"}},
 	{Title: "Local data and the embedded server", Names: []string{"data", "listen", "embedded-auth"}},
-	{Title: "Model provider (give --script, or --model for an OpenAI-compatible API)", Names: []string{"script", "model", "base-url", "model-timeout"}},
+	{Title: "Model provider (give --script, or --model for an OpenAI-compatible API)", Names: []string{"script", "model", "base-url", "model-timeout", "stream"}},
 	{Title: "Turns (every node of a deployment must agree)", Names: []string{"system", "max-iterations", "token-budget", "max-tool-failures", "decision-wait"}},
 	{Title: "Node", Names: []string{"node-id", "concurrency", "lease-ttl", "tool-timeout", "tool-refresh", "drain-timeout", "turn-attempts", "event-secret-file"}},
 	{Title: "Sizes (the deployment's: every node must agree; set when its streams are created)", Names: []string{"max-input", "inline-max", "max-payload"}},
+	{Title: "Live events (the LIVE stream)", Names: []string{"live-retention", "live-max-bytes", "live-storage"}},
 	{Title: "Operations", Names: []string{"http", "log-format", "log-level"}},
 }
 
@@ -177,6 +188,10 @@ func (s *settings) check() error {
 		return usage("--lease-ttl must be whole seconds, at least 1s, not %s", s.leaseTTL)
 	case s.toolTimeout <= 0:
 		return usage("--tool-timeout must be positive")
+	case s.liveStorage != "memory" && s.liveStorage != "file":
+		return usage("--live-storage %q: give memory or file", s.liveStorage)
+	case s.liveRetention < time.Second || s.liveMaxBytes < 1<<20:
+		return usage("--live-retention and --live-max-bytes: at least 1s and 1MiB")
 	case s.toolRefresh < 0 || s.drainTimeout < 0 || s.modelTimeout < 0:
 		return usage("--tool-refresh, --drain-timeout and --model-timeout cannot be negative")
 	}
@@ -244,6 +259,7 @@ func (s *settings) checkModel() error {
 func (s *settings) streams() streams.Config {
 	c := s.conn.Streams()
 	c.MaxInputBytes, c.InlineBytes, c.MaxPayloadBytes = int32(min(int64(s.maxInput), 1<<31-1)), int(s.inline), int64(s.maxPayload)
+	c.LiveRetention, c.LiveMaxBytes, c.LiveFile = s.liveRetention, int64(s.liveMaxBytes), s.liveStorage == "file"
 	return c
 }
 

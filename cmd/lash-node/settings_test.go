@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"os"
@@ -150,5 +152,13 @@ func TestNodeVersion(t *testing.T) {
 		if got := nodeVersion(); got != want {
 			t.Errorf("version %q: %q, want %q", in, got, want)
 		}
+	}
+}
+
+// --version prints the version and exits 0.
+func TestVersion(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"--version"}, &out, &errOut); code != exitOK || !strings.HasPrefix(out.String(), "lash-node ") {
+		t.Fatalf("--version: exit %d %q %q", code, out.String(), errOut.String())
 	}
 }

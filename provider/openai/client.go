@@ -55,8 +55,8 @@ type Config struct {
 	// HTTPClient, if not nil, sends the requests; by default a client on
 	// http.DefaultTransport does.
 	HTTPClient *http.Client
-	// MaxResponseBytes bounds the body of a response, the whole stream
-	// when streaming, as decoded by the transport. A longer one fails the
+	// MaxResponseBytes bounds the body of a response; when streaming, the
+	// answer (text and tool call arguments) and the stream at 64 times it, as decoded by the transport. A longer one fails the
 	// call, terminal, with code provider.CodeTooLarge; the rest is not
 	// read. Zero means DefaultMaxResponseBytes (32 MiB).
 	MaxResponseBytes int64
@@ -157,8 +157,12 @@ func (c *Client) complete(ctx context.Context, req turn.ModelRequest, onDelta fu
 		}
 	} else {
 		params.StreamOptions.IncludeUsage = sdk.Bool(true)
+		// A stream frames each piece of text in a JSON chunk, tens of
+		// bytes around a word: the answer is what the limit bounds, and
+		// the body only as far as its framing needs.
+		limit.body = limit.max * streamFraming
 		stream := c.chat.NewStreaming(callCtx, params, opts...)
-		resp, err = readStream(stream, req, onDelta)
+		resp, err = readStream(stream, req, onDelta, limit)
 	}
 	if err != nil {
 		return turn.ModelResponse{}, c.classify(ctx, callCtx, err, raw, limit)

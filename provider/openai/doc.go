@@ -75,10 +75,11 @@
 // date, at most a day; a date already past is no wait. The turn machine
 // sleeps at least that long before retrying, within its MaxBackoff.
 //
-// A response body, or the whole of a stream, longer than
-// Config.MaxResponseBytes (default 32 MiB) ends the call with
-// response_too_large, which unwraps to ErrResponseTooLarge; the rest of the
-// body is not read.
+// A response body longer than Config.MaxResponseBytes (default 32 MiB), or
+// a streamed answer (its text, refusal and tool call arguments) longer than
+// it, or a stream longer than 64 times it (its framing: a JSON chunk of
+// tens of bytes around each token), ends the call with response_too_large,
+// which unwraps to ErrResponseTooLarge; the rest of the body is not read.
 //
 // No error carries Config.APIKey: Complete replaces it, any Authorization
 // value and any bearer token by "[redacted]" in the error's code, message

@@ -21,17 +21,34 @@ var ErrResponseTooLarge = errors.New("openai: response too large")
 // the cap was hit, so the call is classified by that and not by however
 // the SDK wraps the read error (a JSON, status or stream error).
 type bodyLimit struct {
-	max int64
-	hit atomic.Bool
+	max  int64 // of the answer, Config.MaxResponseBytes
+	body int64 // of the body when not max: a stream's framing
+	hit  atomic.Bool
 }
+
+// streamFraming is how much a stream may carry around its answer.
+const streamFraming = 64
 
 // middleware wraps every response body of the call in a limitedBody.
 func (l *bodyLimit) middleware(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 	res, err := next(req)
 	if res != nil && res.Body != nil {
-		res.Body = &limitedBody{rc: res.Body, left: l.max, limit: l}
+		left := l.max
+		if l.body > 0 {
+			left = l.body
+		}
+		res.Body = &limitedBody{rc: res.Body, left: left, limit: l}
 	}
 	return res, err
+}
+
+// answer counts n more bytes of a streamed answer against the limit.
+func (l *bodyLimit) answer(total int64) error {
+	if total > l.max {
+		l.hit.Store(true)
+		return ErrResponseTooLarge
+	}
+	return nil
 }
 
 // limitedBody reads at most left more bytes; one byte beyond fails the read

@@ -65,7 +65,7 @@ func response(content, refusal string, calls []turn.ToolCall, finish string, u s
 // readStream reads a streamed answer to its end, calling onDelta for each
 // piece of content, and accumulates the same response fromCompletion would
 // build.
-func readStream(stream *ssestream.Stream[sdk.ChatCompletionChunk], req turn.ModelRequest, onDelta func(string)) (turn.ModelResponse, error) {
+func readStream(stream *ssestream.Stream[sdk.ChatCompletionChunk], req turn.ModelRequest, onDelta func(string), limit *bodyLimit) (turn.ModelResponse, error) {
 	defer stream.Close()
 	var (
 		acc     streamAcc
@@ -74,10 +74,22 @@ func readStream(stream *ssestream.Stream[sdk.ChatCompletionChunk], req turn.Mode
 		finish  string
 		usage   sdk.CompletionUsage
 		chunks  int
+		size    int64 // of the answer so far
 	)
 	for stream.Next() {
 		chunks++
 		ch := stream.Current()
+		for _, choice := range ch.Choices {
+			if choice.Index == 0 {
+				size += int64(len(choice.Delta.Content) + len(choice.Delta.Refusal))
+				for _, tc := range choice.Delta.ToolCalls {
+					size += int64(len(tc.Function.Arguments))
+				}
+			}
+		}
+		if err := limit.answer(size); err != nil {
+			return turn.ModelResponse{}, err
+		}
 		if ch.Usage.PromptTokens != 0 || ch.Usage.CompletionTokens != 0 {
 			usage = ch.Usage
 		}

@@ -24,7 +24,8 @@ const (
 
 // A response one byte over MaxResponseBytes fails the call, terminal and
 // classified as too large, whatever the SDK was reading; one at the limit,
-// or under it, is an answer.
+// or under it, is an answer. For a stream the limit is of the answer, not
+// its framing.
 func TestMaxResponseBytes(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
@@ -47,6 +48,7 @@ func TestMaxResponseBytes(t *testing.T) {
 		var onDelta func(string)
 		if tc.stream {
 			onDelta = func(string) {}
+			size = int64(len("Hello there."))
 		}
 		for _, limit := range []int64{size - 1, size, size + 1} {
 			t.Run(fmt.Sprintf("%s/limit=size%+d", tc.name, limit-size), func(t *testing.T) {
@@ -72,13 +74,16 @@ func TestMaxResponseBytes(t *testing.T) {
 }
 
 // A server with far more to send than the limit: the call ends at the
-// limit and hangs up, rather than reading everything into memory first.
+// limit and hangs up, rather than reading everything into memory first. A
+// stream's framing may take 64 times the limit (an answer of nothing but
+// padding is all framing).
 func TestHugeResponseStopsAtLimit(t *testing.T) {
-	const (
-		limit = 1 << 20
-		total = 64 << 20 // far beyond the limit and any socket buffers
-	)
+	const limit = 1 << 20
 	for _, stream := range []bool{false, true} {
+		total := 64 << 20 // far beyond the limit and any socket buffers
+		if stream {
+			total = 2 * 64 * limit
+		}
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
 			sent := make(chan int, 1)
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

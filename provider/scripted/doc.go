@@ -46,6 +46,7 @@
 //	                          tool and stop otherwise
 //	usage IN OUT              token usage; by default derived from the text
 //	delay DURATION            wait before answering (Go syntax: 50ms, 2s)
+//	pace DURATION             when streaming, wait that long between pieces
 //	fail STATUS [first K] [MESSAGE]
 //	                          fail with an HTTP status and message; with
 //	                          "first K" only the first K requests this rule

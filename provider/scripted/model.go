@@ -85,9 +85,26 @@ func (m *Model) Complete(ctx context.Context, req turn.ModelRequest, onDelta fun
 		return turn.ModelResponse{}, provider.StatusError(f.Status, "", f.Message)
 	}
 	if onDelta != nil {
-		for _, c := range Chunks(rep.Response.Text) {
+		for i, c := range Chunks(rep.Response.Text) {
+			if i > 0 && rep.Pace > 0 {
+				if err := sleep(ctx, rep.Pace); err != nil {
+					return turn.ModelResponse{}, err
+				}
+			}
 			onDelta(c)
 		}
 	}
 	return rep.Response, nil
+}
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return provider.ContextError(ctx.Err())
+	case <-t.C:
+		return nil
+	}
 }

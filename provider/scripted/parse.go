@@ -160,6 +160,15 @@ func (p *parser) parseLine(line string) error {
 			return p.errorf("delay needs a positive duration like 50ms, got %q", rest)
 		}
 		r.delay = d
+	case "pace":
+		if r.pace != 0 {
+			return p.errorf("pace is given twice")
+		}
+		d, err := time.ParseDuration(rest)
+		if err != nil || d <= 0 {
+			return p.errorf("pace needs a positive duration like 50ms, got %q", rest)
+		}
+		r.pace = d
 	case "fail":
 		if r.fail != nil {
 			return p.errorf("fail is given twice")

@@ -30,6 +30,7 @@ type rule struct {
 	finish    turn.FinishReason
 	usage     *turn.Usage
 	delay     time.Duration
+	pace      time.Duration
 	fail      *Fail
 	hang      bool
 }
@@ -51,6 +52,8 @@ type Reply struct {
 	Response turn.ModelResponse
 	// Delay is how long to wait before answering or failing.
 	Delay time.Duration
+	// Pace is how long to wait between the pieces of a streamed answer.
+	Pace time.Duration
 	// Hang says never to answer: wait until the request is cancelled.
 	Hang bool
 	// Fail, if not nil, says to fail instead of answering.
@@ -166,7 +169,7 @@ func compare(a int, op string, b int) bool {
 }
 
 func (r *rule) reply(req turn.ModelRequest) Reply {
-	rep := Reply{Rule: r.name, Delay: r.delay, Hang: r.hang}
+	rep := Reply{Rule: r.name, Delay: r.delay, Pace: r.pace, Hang: r.hang}
 	if r.fail != nil {
 		f := *r.fail
 		rep.Fail = &f
