@@ -348,7 +348,9 @@ func TestLargePayloadsByReference(t *testing.T) {
 	cfg := streams.Config{MaxPayloadBytes: 3 << 20}
 	crashed := false
 	conn := r.conn()
-	first := r.nodeOn(conn, "first", WithTools(reg), WithStreams(cfg), withBoundary(func(name string) error {
+	// Not streamed: megabytes of answer in word-sized chunks take longer
+	// than the model timeout under the race detector.
+	first := r.nodeOn(conn, "first", WithTools(reg), WithStreams(cfg), WithStreaming(false), withBoundary(func(name string) error {
 		if name == "before-commit" && !crashed {
 			crashed = true
 			conn.Close()
@@ -365,8 +367,6 @@ func TestLargePayloadsByReference(t *testing.T) {
 	first.Close(context.Background())
 	asked := models.Requests()
 	// A long lease: the turns move MiBs, slowly under the race detector.
-	// Not streamed: megabytes of answer in word-sized chunks take longer
-	// than the model timeout under the race detector.
 	second := r.node("second", WithTools(reg), WithStreams(cfg), WithLeaseTTL(10*time.Second), WithStreaming(false))
 	res := runUntilFree(t, second.Session("big"))
 	if len(res) != 1 || res[0].Executed != 0 || res[0].Outcome.Termination.Reason != turn.NaturalEnd || runs.Load() != 3 || models.Requests() != asked {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/lash-run/lash/blobs"
@@ -42,6 +43,10 @@ type SessionHead struct {
 	Suspended     int    `msgpack:"susp"`
 	// Pending holds the sequences of the inputs after InputCursor.
 	Pending []uint64 `msgpack:"pseq,omitempty"`
+	// Created and Active are when the session's first and latest message
+	// (input or log entry) were stored, by the server's clock.
+	Created time.Time `msgpack:"ct"`
+	Active  time.Time `msgpack:"at"`
 }
 
 // TurnInfo is one committed turn.
@@ -244,10 +249,11 @@ func (f *Sessions) ApplyPrepared(tx *Txn, m *streams.Msg, prep any) error {
 	}
 	head, err := readHead(tx, p.tok)
 	if errors.Is(err, ErrNotFound) {
-		head = &SessionHead{Session: p.sid}
+		head = &SessionHead{Session: p.sid, Created: m.Time}
 	} else if err != nil {
 		return err
 	}
+	head.Active = m.Time
 	switch p.kind {
 	case "in", "decide":
 		if err := tx.Set(key([]byte("i"), []byte(p.tok), u64(m.Seq)), []byte(m.MsgID())); err != nil {
@@ -660,8 +666,8 @@ func (f *Sessions) Flush(tx *Txn) error {
 }
 
 // Version implements Versioned: 2 added the index of sessions holding
-// suspended calls.
-func (f *Sessions) Version() int { return 2 }
+// suspended calls, 3 the times heads carry (Created, Active).
+func (f *Sessions) Version() int { return 3 }
 
 // Reads of the session read model. They see what was folded when called;
 // call WaitFor first to read a write of your own.

@@ -87,9 +87,11 @@ type app struct {
 	from        uint64
 	wait        bool
 	waitTimeout time.Duration
+	followFlag  bool // transcript --follow
 	// limit and after page sessions ls.
-	limit int
-	after string
+	limit               int
+	after               string
+	sortBy, stateFilter string
 	// perm: the permissions command's flags.
 	perm permFlags
 	// status, session and reason: the processes commands' flags.

@@ -240,11 +240,24 @@ func TestAdmin(t *testing.T) {
 	a := &admin{t: t, bin: buildAdmin(t, t.TempDir()), url: srv.URL(), cache: filepath.Join(t.TempDir(), "cache")}
 
 	var sessions sessionsJSON
-	a.json(&sessions, "sessions", "ls")
+	a.json(&sessions, "sessions", "ls", "--sort", "id")
 	if len(sessions.Sessions) != 2 {
 		t.Fatalf("sessions %+v", sessions)
 	}
 	s1, s2 := sessions.Sessions[0], sessions.Sessions[1]
+	if s1.State != "idle" || s2.State != "waiting" || s1.Created.IsZero() || s1.Active.Before(s1.Created) || !s2.Active.After(s1.Active) {
+		t.Errorf("states and times: %+v", sessions)
+	}
+	// The most recently active first; one state; pages.
+	var byActivity, waiting, page sessionsJSON
+	a.json(&byActivity, "sessions", "ls")
+	a.json(&waiting, "sessions", "ls", "--state", "waiting")
+	a.json(&page, "sessions", "ls", "--limit", "1", "--after", "s2")
+	if len(byActivity.Sessions) != 2 || byActivity.Sessions[0].Session != "s2" || len(waiting.Sessions) != 1 ||
+		waiting.Sessions[0].Session != "s2" || len(page.Sessions) != 1 || page.Sessions[0].Session != "s1" || page.Next != "" {
+		t.Errorf("by activity %+v\nwaiting %+v\npage after s2 %+v", byActivity, waiting, page)
+	}
+	a.fails(2, "--state", "sessions", "ls", "--state", "sleepy")
 	if s1.Session != "s1" || s1.Turns != 1 || s1.Status != "done" || s1.Termination.Reason != "natural-end" ||
 		s1.Usage != (usageJSON{InputTokens: 50, OutputTokens: 35, TotalTokens: 85}) || s1.Messages != 4 || s1.PendingInputs != 0 {
 		t.Errorf("s1 %+v", s1)

@@ -1,30 +1,45 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"slices"
+	"time"
 
 	"github.com/lash-run/lash/projector"
+	"github.com/lash-run/lash/turn"
 )
 
 var sessionsLsCmd = &command{
 	name:    "sessions ls",
-	summary: "list sessions: revision, turns, status, tokens, pending inputs",
+	summary: "list sessions: state, last activity, turns, tokens, pending inputs",
 	doc: `Lists the sessions of the deployment from lash-admin's projection cache, caught up
-with the streams first: head revision, turns committed, the last turn's status and
-termination, tokens used (input+output), inputs not yet consumed and calls suspended.
-Sessions come in pages of --limit, in the order of their ids' tokens; when more follow,
-the table ends with the --after to pass for the next page (JSON: "next").`,
+with the streams first: their state (running: inputs wait or a turn runs; waiting: calls
+suspended or parked; failed: the last turn was committed as failed; idle), when they were
+last active and created (by the server's clock), head revision, turns committed, the last
+turn's termination, tokens used (input+output), inputs not yet consumed and calls
+suspended. The most recently active come first (--sort id: in the order of their ids'
+tokens); --state keeps one state. Sessions come in pages of --limit; when more follow, the
+table ends with the --after to pass for the next page (JSON: "next"). Ordered by activity,
+a page is read afresh each time: sessions active since move to the front.`,
 	max: 0,
 	flags: func(a *app, fs *flag.FlagSet) {
 		fs.IntVar(&a.limit, "limit", 1000, "at most `n` sessions")
 		fs.StringVar(&a.after, "after", "", "start after the session `id` (the next page's, as the last one said)")
+		fs.StringVar(&a.sortBy, "sort", "activity", "`order`: activity (latest first) or id")
+		fs.StringVar(&a.stateFilter, "state", "", "only sessions in this `state`: idle, running, waiting or failed")
 	},
 	check: func(a *app, _ []string) error {
-		if a.limit < 1 {
+		switch {
+		case a.limit < 1:
 			return fmt.Errorf("--limit %d: must be at least 1", a.limit)
+		case a.sortBy != "activity" && a.sortBy != "id":
+			return a.usagef("--sort %q: give activity or id", a.sortBy)
+		case a.stateFilter != "" && !slices.Contains([]string{"idle", "running", "waiting", "failed"}, a.stateFilter):
+			return a.usagef("--state %q: give idle, running, waiting or failed", a.stateFilter)
 		}
 		return nil
 	},
@@ -46,6 +61,9 @@ answers them.`,
 // sessionJSON is a session's head.
 type sessionJSON struct {
 	Session       string          `json:"session"`
+	State         string          `json:"state"`
+	Created       time.Time       `json:"created"`
+	Active        time.Time       `json:"active"`
 	Revision      uint64          `json:"revision"`
 	Fence         uint64          `json:"fence"`
 	Turns         int             `json:"turns"`
@@ -62,7 +80,7 @@ type sessionJSON struct {
 }
 
 func sessionOf(h *projector.SessionHead) sessionJSON {
-	return sessionJSON{Session: h.Session, Revision: h.Revision, Fence: h.Fence, Turns: h.Turns, LastTurn: h.LastTurn,
+	return sessionJSON{Session: h.Session, State: stateOf(h), Created: h.Created, Active: h.Active, Revision: h.Revision, Fence: h.Fence, Turns: h.Turns, LastTurn: h.LastTurn,
 		Status: status(h.Status), Termination: terminationOf(h.Termination), Usage: usageOf(h.Usage),
 		Messages: h.Messages, Inputs: h.Inputs, LastInput: h.LastInput, InputCursor: h.InputCursor,
 		PendingInputs: h.PendingInputs, Suspended: h.Suspended}
@@ -74,12 +92,31 @@ type sessionsJSON struct {
 	Next string `json:"next,omitempty"`
 }
 
+// stateOf is what a session is doing, in a word.
+func stateOf(h *projector.SessionHead) string {
+	switch {
+	case h.PendingInputs > 0:
+		return "running"
+	case h.Termination.Reason == turn.Error:
+		return "failed"
+	case h.Status == turn.StatusWaiting || h.Suspended > 0:
+		return "waiting"
+	}
+	return "idle"
+}
+
 func runSessionsLs(a *app, _ []string) error {
 	p, err := a.projection()
 	if err != nil {
 		return err
 	}
-	heads, next, err := p.SessionsPage(a.after, a.limit)
+	var heads []projector.SessionHead
+	var next string
+	if a.sortBy == "id" && a.stateFilter == "" {
+		heads, next, err = p.SessionsPage(a.after, a.limit)
+	} else {
+		heads, next, err = sortedPage(p, a.sortBy, a.stateFilter, a.after, a.limit)
+	}
 	if err != nil {
 		return err
 	}
@@ -88,10 +125,11 @@ func runSessionsLs(a *app, _ []string) error {
 		out.Sessions = append(out.Sessions, sessionOf(&heads[i]))
 	}
 	return a.emit(out, func(w io.Writer) {
-		row(w, "SESSION", "REV", "TURNS", "LAST TURN", "STATUS", "TERMINATION", "TOKENS", "PENDING", "SUSPENDED")
-		for _, h := range heads {
-			row(w, h.Session, h.Revision, h.Turns, h.LastTurn, status(h.Status), fmtTermination(h.Termination),
-				fmtUsage(h.Usage), h.PendingInputs, h.Suspended)
+		row(w, "SESSION", "STATE", "ACTIVE", "CREATED", "REV", "TURNS", "LAST TURN", "TERMINATION", "TOKENS", "PENDING", "SUSPENDED")
+		for i := range heads {
+			h := &heads[i]
+			row(w, h.Session, stateOf(h), fmtTime(h.Active), fmtTime(h.Created), h.Revision, h.Turns, h.LastTurn,
+				fmtTermination(h.Termination), fmtUsage(h.Usage), h.PendingInputs, h.Suspended)
 		}
 		if next != "" {
 			fmt.Fprintf(w, "more: --after %q\n", next)
@@ -187,4 +225,38 @@ func runSessionsShow(a *app, args []string) error {
 			}
 		}
 	})
+}
+
+// sortedPage reads every head, keeps those in state (all when empty),
+// orders them by sortBy and returns the page after the session after.
+func sortedPage(p *projector.Projector, sortBy, state, after string, limit int) ([]projector.SessionHead, string, error) {
+	var all []projector.SessionHead
+	for from := ""; ; {
+		page, next, err := p.SessionsPage(from, 4096)
+		if err != nil {
+			return nil, "", err
+		}
+		for i := range page {
+			if state == "" || stateOf(&page[i]) == state {
+				all = append(all, page[i])
+			}
+		}
+		if next == "" {
+			break
+		}
+		from = next
+	}
+	if sortBy == "activity" {
+		slices.SortStableFunc(all, func(x, y projector.SessionHead) int {
+			return cmp.Or(y.Active.Compare(x.Active), cmp.Compare(x.Session, y.Session))
+		})
+	}
+	if after != "" {
+		i := slices.IndexFunc(all, func(h projector.SessionHead) bool { return h.Session == after })
+		all = all[i+1:] // not found (-1): from the start
+	}
+	if len(all) > limit {
+		return all[:limit], all[limit-1].Session, nil
+	}
+	return all, "", nil
 }

@@ -106,8 +106,10 @@ func runWatch(a *app, args []string) error {
 // eventPrinter writes live events for people: a streamed answer as it
 // comes, everything else a line each.
 type eventPrinter struct {
-	w         io.Writer
-	streaming bool // a delta left the line open
+	w            io.Writer
+	messagesOnly bool   // transcript --follow: the conversation, no steps
+	streaming    bool   // a delta left the line open
+	streamed     string // the text the deltas since the last message made
 }
 
 func (p *eventPrinter) line(format string, args ...any) error {
@@ -128,16 +130,33 @@ func (p *eventPrinter) print(r live.Record) error {
 			fmt.Fprintf(p.w, "%s assistant: ", head)
 			p.streaming = true
 		}
+		p.streamed += ev.Text
 		_, err := io.WriteString(p.w, strings.ReplaceAll(ev.Text, "\n", "\n  "))
 		return err
 	case live.TypeMessage:
-		m := ev.Message
-		if m.Role == "assistant" && len(m.ToolCalls) == 0 {
-			return nil // streamed already, or shown by the commit
+		if ev.Message == nil {
+			return nil
 		}
-		return p.line("%s %s: %s", head, m.Role, cell(messageLine(m)))
+		m := *ev.Message
+		streamed := p.streamed
+		p.streamed = ""
+		if m.Role == "assistant" && m.Text != "" && m.Text == streamed {
+			if len(m.ToolCalls) == 0 {
+				return nil // its text streamed already
+			}
+			m.Text = ""
+		}
+		return p.line("%s %s: %s", head, m.Role, cell(messageLine(&m)))
 	case live.TypeTurnCommitted:
+		if p.messagesOnly {
+			return nil
+		}
 		return p.line("%s committed: %s %s %s", head, ev.Status, ev.Termination, ev.Code)
+	}
+	if p.messagesOnly {
+		return nil
+	}
+	switch ev.Type {
 	case live.TypeTurnFailed:
 		return p.line("%d run stopped: %s", r.Seq, ev.Error)
 	case live.TypeNotice:

@@ -141,4 +141,47 @@ func TestWatchAndSendWait(t *testing.T) {
 	if fmt.Sprint(joined) != fmt.Sprint(full) || after[0].Seq <= seen[len(seen)-1].Seq {
 		t.Fatalf("watch before and after a break:\n%v\nwant\n%v", joined, full)
 	}
+
+	// transcript --follow: the committed conversation, then the next
+	// turn's messages as they come, each once.
+	cmd := exec.Command(a.bin, "--nats", a.url, "--cache", a.cache, "transcript", "s1", "--follow", "--json")
+	cmd.Env = cleanEnv(t)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	msgs := make(chan messageJSON, 64)
+	go func() {
+		defer close(msgs)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			var m messageJSON
+			if json.Unmarshal(sc.Bytes(), &m) == nil {
+				msgs <- m
+			}
+		}
+	}()
+	a.json(&ans, "send", "s1", "weather in Oslo, once more?", "--wait")
+	var got []string
+	deadline := time.After(30 * time.Second)
+	for done := false; !done; {
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				t.Fatalf("transcript --follow ended: %q", got)
+			}
+			got = append(got, fmt.Sprintf("%d %s %s %s", m.Index, m.Turn, m.Role, m.Text))
+			done = m.Turn == ans.Turn && m.Role == "assistant" && m.Text == "Done."
+		case <-deadline:
+			t.Fatalf("transcript --follow printed %q", got)
+		}
+	}
+	joinedText := strings.Join(got, "\n")
+	if strings.Count(joinedText, "user weather in Oslo, once more?") != 1 || strings.Count(joinedText, "0 in-1 user weather in Oslo?") != 1 {
+		t.Fatalf("transcript --follow printed:\n%s", joinedText)
+	}
 }
