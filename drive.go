@@ -319,8 +319,10 @@ func (d *drive) perform(ctx context.Context, e turn.Effect) (*answer, error) {
 			ce := callError(err)
 			n.opts.logger.Warn("model call failed", "session", d.s.id, "turn", d.turn, "code", ce.Code, "retryable", ce.Retryable,
 				"err", ce.Message)
+			n.observe(Event{Kind: EventModelCall, Session: d.s.id, Turn: d.turn, Model: e.Request.Model, Code: ce.Code})
 			return &answer{CallErr: ce}, nil
 		}
+		n.observe(Event{Kind: EventModelCall, Session: d.s.id, Turn: d.turn, Model: e.Request.Model, Usage: resp.Usage})
 		return &answer{Response: &resp}, nil
 	case *turn.Checkpoint:
 		return d.arrived(ctx, true)
@@ -627,6 +629,7 @@ func (d *drive) toolCall(ctx, ectx context.Context, pc turn.PendingCall, cause i
 		res = turn.ToolResult{CallID: pc.Call.ID, Status: turn.ToolError,
 			Output: fmt.Sprintf("the tool's result takes %d bytes, more than the %d bytes lash keeps", len(res.Output), max-4<<10)}
 	}
+	n.observe(Event{Kind: EventToolCall, Session: d.s.id, Turn: d.turn, Tool: pc.Call.Name, Took: took, Code: toolStatus(res.Status)})
 	if res.Status == turn.ToolError {
 		// The model sees the error; operators see it here. Only the
 		// first line, clipped: a tool's output is not a log line.

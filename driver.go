@@ -202,6 +202,7 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 	if attempt > 1 {
 		n.opts.logger.Info("taking over a turn other runs began", "session", s.id, "turn", turnID(next.Seq), "attempt", attempt,
 			"runs", st.runs)
+		n.observe(Event{Kind: EventTakeover, Session: s.id, Turn: turnID(next.Seq)})
 	}
 	if pos.Seq() == st.rev {
 		// The log ends with this token's own write: the lease came back

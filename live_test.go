@@ -342,3 +342,64 @@ func TestWatcherResumesFromCursor(t *testing.T) {
 		t.Fatalf("following after a sequence the stream never had: %v", err)
 	}
 }
+
+// A node reports each model call it makes, with the model and its tokens,
+// and each tool call it runs, with its status; a run that replays them
+// reports none.
+func TestObservedCalls(t *testing.T) {
+	r := newRig(t)
+	var mu sync.Mutex
+	var events []Event
+	observe := WithObserver(func(ev Event) {
+		if ev.Kind == EventModelCall || ev.Kind == EventToolCall || ev.Kind == EventTakeover {
+			mu.Lock()
+			events = append(events, ev)
+			mu.Unlock()
+		}
+	})
+	n := r.node("a", observe, withBoundary(func(name string) error {
+		if name == "before-commit" {
+			return errCrash
+		}
+		return nil
+	}))
+	if _, _, err := n.Session("s1").Send(r.ctx, "k1", Input{Text: "Weather in Oslo, Lima and Pune?"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Session("s1").Run(r.ctx); !errors.Is(err, errCrash) {
+		t.Fatalf("run: %v", err)
+	}
+	mu.Lock()
+	models, tools, in := 0, 0, int64(0)
+	for _, ev := range events {
+		switch ev.Kind {
+		case EventModelCall:
+			models++
+			in += ev.Usage.InputTokens
+			if ev.Model != "scripted" || ev.Code != "" {
+				t.Errorf("model call %+v", ev)
+			}
+		case EventToolCall:
+			tools++
+			if ev.Tool != "weather" || ev.Code != "ok" {
+				t.Errorf("tool call %+v", ev)
+			}
+		}
+	}
+	events = nil
+	mu.Unlock()
+	if models != r.models.Requests() || models != 2 || tools != 3 || in == 0 {
+		t.Fatalf("%d model calls (%d requests, %d tokens in), %d tool calls", models, r.models.Requests(), in, tools)
+	}
+	b := r.node("b", observe)
+	var res []TurnResult
+	testenv.WaitFor(t, 20*time.Second, func() (err error) {
+		res, err = b.Session("s1").Run(r.ctx)
+		return err
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(res) != 1 || res[0].Executed != 0 || len(events) != 1 || events[0].Kind != EventTakeover {
+		t.Fatalf("the replaying run: %+v; events %+v", res, events)
+	}
+}

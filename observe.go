@@ -1,6 +1,10 @@
 package lash
 
-import "time"
+import (
+	"time"
+
+	"github.com/lash-run/lash/turn"
+)
 
 // EventKind says what a node did.
 type EventKind uint8
@@ -41,11 +45,21 @@ const (
 	// session, Effect its kind ("sleep", "recheck", "cron"), Took the time
 	// from when the server fired it until the node was done with it.
 	EventTimerFired
+	// EventModelCall: this node called a model (not a replay): Model names
+	// it, Usage is its answer's, Code the error class of a failed call
+	// ("" for an answer).
+	EventModelCall
+	// EventToolCall: this node ran a tool call: Tool names it, Code is
+	// "ok", "error" or "pending".
+	EventToolCall
+	// EventTakeover: a run began a turn that earlier runs began and did
+	// not finish (their node died or lost the session).
+	EventTakeover
 )
 
 var eventNames = [...]string{"", "turn_committed", "turn_failed", "effect_executed", "effect_replayed",
 	"lease_claimed", "lease_busy", "lease_lost", "commit_conflict", "wake", "turn_aborted", "input_refused",
-	"settings_mismatch", "timer_fired"}
+	"settings_mismatch", "timer_fired", "model_call", "tool_call", "takeover"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && k > 0 {
@@ -61,8 +75,13 @@ type Event struct {
 	Turn    string
 	// Effect is the effect's kind ("llm-call", "tool", ...) on effect events.
 	Effect string
-	// Code is a failed turn's code, on EventTurnAborted.
+	// Code is a failed turn's code, on EventTurnAborted; a model error's
+	// class, on EventModelCall; a tool call's status, on EventToolCall.
 	Code string
+	// Model and Usage, on EventModelCall; Tool, on EventToolCall.
+	Model string
+	Usage turn.Usage
+	Tool  string
 	Took time.Duration
 	Err  error
 }

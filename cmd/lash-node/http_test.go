@@ -15,6 +15,7 @@ import (
 	"github.com/lash-run/lash/provider/scripted"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/testenv"
+	"github.com/lash-run/lash/turn"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -146,7 +147,10 @@ func TestMetricsFromEvents(t *testing.T) {
 		{Kind: lash.EventTurnFailed, Err: errors.New("x")}, {Kind: lash.EventLeaseBusy}, {Kind: lash.EventLeaseLost},
 		{Kind: lash.EventCommitConflict}, {Kind: lash.EventWake}, {Kind: lash.EventWake, Err: errors.New("bad signal")},
 		{Kind: lash.EventTurnAborted, Code: lash.FailNondeterminism}, {Kind: lash.EventInputRefused, Err: errors.New("bad")},
-		{Kind: lash.EventSettingsMismatch},
+		{Kind: lash.EventSettingsMismatch}, {Kind: lash.EventTakeover},
+		{Kind: lash.EventModelCall, Model: "m1", Usage: turn.Usage{InputTokens: 10, OutputTokens: 4}},
+		{Kind: lash.EventModelCall, Model: "m1", Code: "rate_limit"},
+		{Kind: lash.EventToolCall, Tool: "weather", Code: "ok"}, {Kind: lash.EventToolCall, Tool: "weather", Code: "error"},
 	} {
 		m.observe(ev)
 	}
@@ -159,6 +163,9 @@ func TestMetricsFromEvents(t *testing.T) {
 		"lash_signals_refused_total": 1, `lash_api_requests_total{code="413",endpoint="submit"}`: 1,
 		`lash_effect_duration_seconds_count{kind="llm-call"}`: 1, "lash_turn_duration_seconds_sum": 1,
 		`lash_turns_aborted_total{code="nondeterminism"}`: 1, "lash_inputs_refused_total": 1, "lash_settings_mismatches_total": 1,
+		"lash_takeovers_total": 1, `lash_model_calls_total{model="m1"}`: 2, `lash_model_tokens_total{direction="in",model="m1"}`: 10,
+		`lash_model_tokens_total{direction="out",model="m1"}`: 4, `lash_model_errors_total{code="rate_limit",model="m1"}`: 1,
+		`lash_tool_calls_total{status="ok",tool="weather"}`: 1, `lash_tool_calls_total{status="error",tool="weather"}`: 1,
 	} {
 		if got, ok := metricValue(body, series); !ok || got != want {
 			t.Errorf("%s = %v (found %v), want %v", series, got, ok, want)

@@ -32,6 +32,11 @@ type metrics struct {
 	apiRequests     *prometheus.CounterVec
 	apiSeconds      *prometheus.HistogramVec
 	toolProblems    prometheus.Counter
+	takeovers       prometheus.Counter
+	modelCalls      *prometheus.CounterVec
+	modelTokens     *prometheus.CounterVec
+	modelErrors     *prometheus.CounterVec
+	toolCalls       *prometheus.CounterVec
 }
 
 // latencyBuckets run from a millisecond to ten minutes: effects and turns
@@ -70,6 +75,16 @@ func newMetrics() *metrics {
 		Help: "Node API requests, by endpoint and the code answered (200: done)."}, []string{"endpoint", "code"})
 	m.apiSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "lash", Name: "api_request_duration_seconds",
 		Help: "How long node API requests took, by endpoint.", Buckets: latencyBuckets}, []string{"endpoint"})
+	m.takeovers = counter("takeovers_total", "Turns this node took over from runs that began them and did not finish.")
+	vec := func(name, help string, labels ...string) *prometheus.CounterVec {
+		v := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "lash", Name: name, Help: help}, labels)
+		m.reg.MustRegister(v)
+		return v
+	}
+	m.modelCalls = vec("model_calls_total", "Model calls this node made (replays make none), by model.", "model")
+	m.modelTokens = vec("model_tokens_total", "Tokens of the model calls this node made, by model and direction (in: the request, out: the answer).", "model", "direction")
+	m.modelErrors = vec("model_errors_total", "Model calls that failed, by model and error class (rate_limit, timeout, connection, http_500, ...).", "model", "code")
+	m.toolCalls = vec("tool_calls_total", "Tool calls this node ran, by tool and status (ok, error, pending).", "tool", "status")
 	m.reg.MustRegister(m.turnsAborted, m.turnSeconds, m.effectsExecuted, m.effectsReplayed, m.effectSeconds, m.apiRequests, m.apiSeconds,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -94,6 +109,18 @@ func (m *metrics) observe(ev lash.Event) {
 		m.effectSeconds.WithLabelValues(ev.Effect).Observe(ev.Took.Seconds())
 	case lash.EventEffectReplayed:
 		m.effectsReplayed.WithLabelValues(ev.Effect).Inc()
+	case lash.EventModelCall:
+		m.modelCalls.WithLabelValues(ev.Model).Inc()
+		if ev.Code != "" {
+			m.modelErrors.WithLabelValues(ev.Model, ev.Code).Inc()
+			break
+		}
+		m.modelTokens.WithLabelValues(ev.Model, "in").Add(float64(ev.Usage.InputTokens))
+		m.modelTokens.WithLabelValues(ev.Model, "out").Add(float64(ev.Usage.OutputTokens))
+	case lash.EventToolCall:
+		m.toolCalls.WithLabelValues(ev.Tool, ev.Code).Inc()
+	case lash.EventTakeover:
+		m.takeovers.Inc()
 	case lash.EventLeaseClaimed:
 		m.leaseClaims.Inc()
 	case lash.EventLeaseBusy:
