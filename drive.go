@@ -14,6 +14,7 @@ import (
 	"github.com/lash-run/lash/live"
 	"github.com/lash-run/lash/sessionlog"
 	"github.com/lash-run/lash/turn"
+	"go.opentelemetry.io/otel/codes"
 )
 
 // drive runs one turn: every effect is answered from the journal when it
@@ -126,7 +127,11 @@ func (d *drive) run(ctx context.Context, st *state, in Input, recs []*effectlog.
 				cancelNow = false
 				e = cancelled{e, "cancelled by input"}
 			}
-			r, err := d.effect(ctx, e)
+			ectx, span := d.effectSpan(ctx, e.Kind(), e.Head().ID)
+			replayed := d.replayed
+			r, err := d.effect(ectx, e)
+			span.SetAttributes(attrReplayed.Bool(d.replayed > replayed))
+			endSpan(span, err)
 			if err != nil {
 				return turn.Outcome{}, err
 			}
@@ -446,6 +451,9 @@ func (d *drive) toolCalls(ctx context.Context, batch *turn.ToolCalls) ([]turn.To
 		if answers[i], err = callAnswer(rec, pc.Key); err != nil {
 			return nil, nil, err
 		}
+		_, span := d.effectSpan(ctx, turn.KindToolCall, batch.H.ID)
+		span.SetAttributes(attrCall.String(pc.Call.ID), attrTool.String(pc.Call.Name), attrReplayed.Bool(true))
+		span.End()
 		d.replayed++
 		n.observe(Event{Kind: EventEffectReplayed, Session: d.s.id, Turn: d.turn, Effect: batch.Kind().String()})
 	}
@@ -618,7 +626,14 @@ func (d *drive) toolCall(ctx, ectx context.Context, pc turn.PendingCall, cause i
 		return nil, false, err
 	}
 	began := time.Now()
-	res, err := n.runner.Invoke(n.toolContext(ectx), pc, attempt, inDoubt)
+	sctx, span := d.effectSpan(ectx, turn.KindToolCall, pc.Key.Effect)
+	span.SetAttributes(attrCall.String(pc.Call.ID), attrTool.String(pc.Call.Name), attrReplayed.Bool(false),
+		attrAttempt.Int(attempt), attrInDoubt.Bool(inDoubt))
+	res, err := n.runner.Invoke(n.toolContext(sctx), pc, attempt, inDoubt)
+	if err == nil && res.Status == turn.ToolError {
+		span.SetStatus(codes.Error, "the tool failed")
+	}
+	endSpan(span, err)
 	if err != nil {
 		return nil, false, err // interrupted: record nothing
 	}

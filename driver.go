@@ -15,6 +15,8 @@ import (
 	"github.com/lash-run/lash/sessionlog"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/turn"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ErrLeaseLost: the node lost the session's lease while running a turn;
@@ -340,11 +342,21 @@ func turnID(input uint64) string { return fmt.Sprintf("in-%d", input) }
 
 // runTurn runs one turn and commits it, or commits it failed when it can
 // never succeed.
-func (s *Session) runTurn(ctx context.Context, pos sessionlog.Position, st *state, t *turnRun) (*TurnResult, error) {
+func (s *Session) runTurn(ctx context.Context, pos sessionlog.Position, st *state, t *turnRun) (res *TurnResult, err error) {
 	n := s.n
 	id := turnID(t.input.Seq)
 	began := time.Now()
 	d := &drive{s: s, turn: id, cursor: t.input.Seq, inputs: []sessionlog.InputUse{t.use}, fresh: t.fresh}
+	ctx, span := tracerOf(&n.opts).Start(ctx, "lash.turn", trace.WithAttributes(attrSession.String(s.id), attrTurn.String(id),
+		attrNode.String(n.runName), attrAttempt.Int(t.attempt)))
+	defer func() {
+		span.SetAttributes(attribute.Int("lash.executed", d.executed), attribute.Int("lash.replayed_effects", d.replayed))
+		if res != nil {
+			span.SetAttributes(attribute.String("lash.status", res.Outcome.Status.String()),
+				attribute.String("lash.termination", res.Outcome.Termination.String()))
+		}
+		endSpan(span, err)
+	}()
 	f := t.failure
 	if f == nil && t.attempt > n.turnAttempts() {
 		f = &failure{code: FailAttempts, err: fmt.Errorf("%d runs began this turn and none finished it; the last stopped without a recorded cause (its node stopped or crashed)", t.attempt-1)}
@@ -378,7 +390,7 @@ func (s *Session) runTurn(ctx context.Context, pos sessionlog.Position, st *stat
 	if err := s.boundary("before-commit"); err != nil {
 		return nil, err
 	}
-	pos, err := s.commit(ctx, pos, id, body)
+	pos, err = s.commit(ctx, pos, id, body)
 	if f == nil && errors.Is(err, blobs.ErrTooLarge) {
 		f = &failure{code: FailTooLarge, err: err}
 		body = failedBody(f, st, t)

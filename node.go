@@ -21,6 +21,7 @@ import (
 	"github.com/lash-run/lash/triggers"
 	"github.com/lash-run/lash/turn"
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Model is a model provider: provider/openai's Client and
@@ -38,6 +39,7 @@ type Option func(*options)
 type options struct {
 	// noStreaming: ask models for whole answers (WithStreaming(false)).
 	noStreaming bool
+	tracer      trace.Tracer
 	conn        *nats.Conn
 	storeDir    string
 	streams     streams.Config

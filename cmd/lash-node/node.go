@@ -101,6 +101,14 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) (err error) {
 	if s.nodeID != "" {
 		opts = append(opts, lash.WithNodeID(s.nodeID))
 	}
+	tp, stopTracing, err := tracing(ctx, s)
+	if err != nil {
+		return err
+	}
+	cleanups = append(cleanups, stopTracing) // after the node's close: its last spans
+	if tp != nil {
+		opts = append(opts, lash.WithTracerProvider(tp))
+	}
 	node, err := lash.Open(ctx, opts...)
 	if err != nil {
 		return err

@@ -37,6 +37,7 @@ type settings struct {
 	baseURL      string
 	modelTimeout time.Duration
 	stream       bool
+	otlpEndpoint string
 	// live: the LIVE stream's bounds and storage.
 	liveRetention time.Duration
 	liveMaxBytes  cli.Size
@@ -83,6 +84,7 @@ func newFlagSet(s *settings) *flag.FlagSet {
 	fs.DurationVar(&s.toolTimeout, "tool-timeout", time.Minute, "default bound on one tool call")
 	fs.DurationVar(&s.toolRefresh, "tool-refresh", 10*time.Second, "how often tools served over NATS (<prefix>.tool.<name>) are discovered again (0: only at start)")
 	fs.DurationVar(&s.drainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM or SIGINT, how long running turns may finish before they are stopped (and finished later by replay)")
+	fs.StringVar(&s.otlpEndpoint, "otlp-endpoint", "", "OTLP/HTTP `URL` to export traces to (a span per turn and per effect), e.g. http://localhost:4318; empty: off, unless OTEL_EXPORTER_OTLP_ENDPOINT is set")
 	fs.StringVar(&s.http, "http", "127.0.0.1:9464", "`address` serving /healthz and /metrics; off: none")
 	s.maxInput, s.inline, s.maxPayload = streams.DefaultMaxInputBytes, streams.DefaultInlineBytes, streams.DefaultMaxPayloadBytes
 	fs.Var(&s.maxInput, "max-input", "largest input `size`, headers included: the SESSIONS stream refuses larger ones when they are published")
@@ -106,7 +108,7 @@ var sections = []cli.Section{
 	{Title: "Node", Names: []string{"node-id", "concurrency", "lease-ttl", "tool-timeout", "tool-refresh", "drain-timeout", "turn-attempts", "event-secret-file"}},
 	{Title: "Sizes (the deployment's: every node must agree; set when its streams are created)", Names: []string{"max-input", "inline-max", "max-payload"}},
 	{Title: "Live events (the LIVE stream)", Names: []string{"live-retention", "live-max-bytes", "live-storage"}},
-	{Title: "Operations", Names: []string{"http", "log-format", "log-level"}},
+	{Title: "Operations", Names: []string{"http", "otlp-endpoint", "log-format", "log-level"}},
 }
 
 const helpHead = `Usage: lash-node [settings]

@@ -15,6 +15,7 @@ import (
 	"github.com/lash-run/lash/turn"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // Served is a tool for Serve.
@@ -119,7 +120,10 @@ func handler(name string, schema *jsonschema.Resolved, handle func(context.Conte
 			respondError(r, "400", problem)
 			return
 		}
-		out, err := call(name, handle, req)
+		// A caller's trace context (traceparent) becomes the handler's, so
+		// the tool's spans join the turn's trace.
+		ctx := traceContext.Extract(context.Background(), propagation.HeaderCarrier(r.Headers()))
+		out, err := call(ctx, name, handle, req)
 		var pe *tools.PendingError
 		switch {
 		case errors.As(err, &pe):
@@ -134,13 +138,13 @@ func handler(name string, schema *jsonschema.Resolved, handle func(context.Conte
 
 // call runs handle, turning a panic into the call's failure rather than the
 // server's end.
-func call(name string, handle func(context.Context, Request) (string, error), req Request) (out string, err error) {
+func call(ctx context.Context, name string, handle func(context.Context, Request) (string, error), req Request) (out string, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			out, err = "", fmt.Errorf("tool %q panicked: %v", name, v)
 		}
 	}()
-	return handle(context.Background(), req)
+	return handle(ctx, req)
 }
 
 // respondError puts the whole text in the body and a one-line version in the

@@ -11,6 +11,7 @@ import (
 	"github.com/lash-run/lash/tools"
 	"github.com/lash-run/lash/turn"
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/propagation"
 	"github.com/nats-io/nats.go/micro"
 )
 
@@ -37,6 +38,9 @@ func (t *remote) Call(ctx context.Context, args json.RawMessage) (tools.Result, 
 	}
 	msg := nats.NewMsg(t.subject)
 	msg.Data = args
+	// The caller's trace goes along (W3C traceparent), so the tool's
+	// spans join it.
+	traceContext.Inject(ctx, propagation.HeaderCarrier(msg.Header))
 	if info, ok := tools.Info(ctx); ok {
 		msg.Header.Set(HeaderIdempotencyKey, info.IdempotencyKey())
 		msg.Header.Set(HeaderAttempt, strconv.Itoa(info.Attempt))
@@ -106,3 +110,6 @@ func (t *remote) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) 
 		}
 	}
 }
+
+// traceContext carries OpenTelemetry trace context in request headers.
+var traceContext = propagation.TraceContext{}
