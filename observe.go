@@ -82,8 +82,8 @@ type Event struct {
 	Model string
 	Usage turn.Usage
 	Tool  string
-	Took time.Duration
-	Err  error
+	Took  time.Duration
+	Err   error
 }
 
 // WithObserver calls f for every Event. f runs on the node's goroutines, so

@@ -11,8 +11,8 @@ import (
 	"github.com/lash-run/lash/tools"
 	"github.com/lash-run/lash/turn"
 	"github.com/nats-io/nats.go"
-	"go.opentelemetry.io/otel/propagation"
 	"github.com/nats-io/nats.go/micro"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // DefaultCallTimeout bounds a call whose context has no deadline. Under a
