@@ -57,7 +57,7 @@ func commands() []*command {
 		triggersReviveCmd, triggersOccurrencesCmd, triggersDeliveriesCmd, triggersScheduleCmd, triggersUnscheduleCmd,
 		triggersSchedulesCmd, waitsLsCmd, waitsCancelCmd, waitsRevokeCmd,
 		leasesLsCmd, nodesLsCmd, streamsCmd, quarantineLsCmd,
-		watchCmd, sendCmd, decideCmd, cancelCmd, signalCmd, rebuildCmd, verifyCmd, permissionsCmd}
+		watchCmd, sendCmd, decideCmd, cancelCmd, signalCmd, uiCmd, rebuildCmd, verifyCmd, permissionsCmd}
 }
 
 // app is one run of lash-admin.
@@ -88,6 +88,9 @@ type app struct {
 	wait        bool
 	waitTimeout time.Duration
 	followFlag  bool // transcript --follow
+	// httpAddr and readOnly: the ui command's flags.
+	httpAddr string
+	readOnly bool
 	// limit and after page sessions ls.
 	limit               int
 	after               string
@@ -250,7 +253,8 @@ func (a *app) main(args []string) error {
 			return err
 		}
 	}
-	if !cmd.offline {
+	// The console's commands run on the connection of its own run.
+	if !cmd.offline && a.client == nil {
 		if err := a.connect(); err != nil {
 			return err
 		}

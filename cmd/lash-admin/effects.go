@@ -65,7 +65,7 @@ func runEffects(a *app, args []string) error {
 		return err
 	}
 	if len(js) == 0 && !committed {
-		return fmt.Errorf("session %s has no turn %s", id, tid)
+		return notFound(fmt.Sprintf("session %s has no turn %s", id, tid))
 	}
 	out := effectsJSON{Session: id, Turn: tid, Committed: committed, Effects: []effectJSON{}}
 	for _, j := range js {

@@ -228,9 +228,9 @@ func runDecide(a *app, args []string) error {
 		return a.appendInput(id)
 	}
 	if len(ids) == 0 {
-		return fmt.Errorf("session %s holds no call suspended, so none to decide (not %s)", id, call)
+		return notFound(fmt.Sprintf("session %s holds no call suspended, so none to decide (not %s)", id, call))
 	}
-	return fmt.Errorf("session %s holds no suspended call %s; its suspended calls are %s", id, call, strings.Join(ids, ", "))
+	return notFound(fmt.Sprintf("session %s holds no suspended call %s; its suspended calls are %s", id, call, strings.Join(ids, ", ")))
 }
 
 func runCancel(a *app, args []string) error {

@@ -1,0 +1,163 @@
+package console
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lash-run/lash/live"
+	"github.com/lash-run/lash/streams"
+	"github.com/lash-run/lash/testenv"
+)
+
+// liveOnly serves the live routes from a real deployment's LIVE stream;
+// it runs no lash-admin commands (cmd/lash-admin tests those, with the
+// console in a browser).
+type liveOnly struct{ c *streams.Client }
+
+func (s liveOnly) Run(context.Context, []string, io.Writer) error {
+	return errors.New("no commands here")
+}
+
+func (s liveOnly) Follow(ctx context.Context, session string, after uint64, fn func(live.Record) error) error {
+	return live.Follow(ctx, s.c, session, after, fn)
+}
+
+func (s liveOnly) LiveTail(ctx context.Context) (uint64, error) {
+	_, last, err := s.c.Bounds(ctx, streams.Live)
+	return last, err
+}
+
+type sse struct {
+	id, event, data string
+}
+
+// readEvents opens a live stream and reads n events from it.
+func readEvents(t *testing.T, url, lastID string, n int) []sse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if ct := res.Header.Get("Content-Type"); res.StatusCode != 200 || ct != "text/event-stream" {
+		t.Fatalf("%s: %d %s", url, res.StatusCode, ct)
+	}
+	var out []sse
+	var cur sse
+	sc := bufio.NewScanner(res.Body)
+	for len(out) < n && sc.Scan() {
+		line := sc.Text()
+		k, v, _ := strings.Cut(line, ": ")
+		switch {
+		case line == "":
+			if cur.data != "" {
+				if cur.event == "" {
+					cur.event = "message"
+				}
+				out = append(out, cur)
+			}
+			cur = sse{}
+		case k == "id":
+			cur.id = v
+		case k == "event":
+			cur.event = v
+		case k == "data":
+			cur.data = v
+		}
+	}
+	if len(out) < n {
+		t.Fatalf("%s: %d events of %d: %v", url, len(out), n, sc.Err())
+	}
+	return out
+}
+
+// A page's live stream opens with its cursor, carries each event with
+// its sequence as id, and a browser reconnecting with the last id gets
+// what came after it, once; past the bound of streams, a page is told
+// to come back.
+func TestLiveStream(t *testing.T) {
+	srv := testenv.RunJetStream(t)
+	ctx := context.Background()
+	c, err := streams.Open(ctx, srv.Conn(t), streams.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj, _ := c.Subjects().Live("s1")
+	publish := func(text string) uint64 {
+		b, _ := json.Marshal(live.Event{V: live.Version, Type: live.TypeTextDelta, Session: "s1", Text: text})
+		seq, _, err := c.Publish(ctx, streams.Publication{Subject: subj, Data: b})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return seq
+	}
+	publish("a")
+	second := publish("b")
+	ts := httptest.NewServer(Handler(liveOnly{c}, Options{MaxStreams: 1}))
+	t.Cleanup(ts.Close)
+
+	all := readEvents(t, ts.URL+"/api/sessions/s1/live", "", 3)
+	if all[0].event != "open" || all[0].id != "0" || all[1].id == "" || all[2].id != fmt.Sprint(second) {
+		t.Fatalf("from the start: %+v", all)
+	}
+	var ev live.Event
+	if err := json.Unmarshal([]byte(all[2].data), &ev); err != nil || ev.Text != "b" || ev.Type != live.TypeTextDelta {
+		t.Fatalf("event: %+v %v", ev, err)
+	}
+	third := publish("c")
+	back := readEvents(t, ts.URL+"/api/sessions/s1/live", all[2].id, 2)
+	if back[0].event != "open" || back[0].id != all[2].id || back[1].id != fmt.Sprint(third) {
+		t.Fatalf("after %s: %+v", all[2].id, back)
+	}
+	now := readEvents(t, ts.URL+"/api/sessions/s1/live?from=now", "", 1)
+	if now[0].id != fmt.Sprint(third) {
+		t.Fatalf("from now: %+v", now)
+	}
+
+	// One stream open: a second is refused, not queued.
+	hold, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(hold, "GET", ts.URL+"/api/sessions/s1/live", nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r2, err := http.Get(ts.URL + "/api/sessions/s1/live")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r2.Body.Close()
+		if r2.StatusCode == http.StatusServiceUnavailable {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a second stream: %d", r2.StatusCode)
+		}
+	}
+	for _, bad := range []string{"/api/sessions/" + strings.Repeat("x", 4096) + "/live", "/api/sessions/s1/live?from=x"} {
+		if r, err := http.Get(ts.URL + bad); err != nil || r.StatusCode != http.StatusBadRequest {
+			t.Fatalf("%s: %v %v", bad, r.StatusCode, err)
+		}
+	}
+	if r, err := http.Get(ts.URL + "/api/nope"); err != nil || r.StatusCode != http.StatusNotFound {
+		t.Fatalf("/api/nope: %v", err)
+	}
+}
