@@ -1,9 +1,11 @@
 package lash
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -206,6 +208,11 @@ type JournalEntry struct {
 	// Such an entry comes from that record alone: it is listed also when
 	// a hook ended the turn before the checkpoint.
 	In string `json:"in,omitempty"`
+	// InDoubt marks a tool call of an uncommitted turn that a run started
+	// (an intent, or the recorded answer that asked for it) without an
+	// outcome recorded: running now, or in doubt if that run is gone.
+	// Such an entry has no hash; RecordedAt is when it was started.
+	InDoubt bool `json:"in_doubt,omitempty"`
 }
 
 // Journal lists the recorded effects of a turn in the order they were
@@ -250,6 +257,70 @@ func (i *Inspector) Journal(ctx context.Context, session, turnID string) ([]Jour
 			out = append(out, next)
 		}
 	}
+	if committer == "" {
+		started, err := i.started(ctx, session, turnID, recs)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, started...)
+	}
+	return out, nil
+}
+
+// started lists the tool calls of a turn that a run started without an
+// outcome recorded: those with an intent, and those a recorded answer
+// asked for and so stood for the intents of (effectlog's Intends).
+func (i *Inspector) started(ctx context.Context, session, turnID string, recs []*effectlog.Record) ([]JournalEntry, error) {
+	type call struct {
+		effect uint64
+		id     string
+	}
+	recorded := map[call]bool{}
+	asked := map[call]*effectlog.Record{} // the answer that asked for a call
+	names := map[call]string{}
+	iterations := map[uint64]int{} // by effect
+	for _, r := range recs {
+		recorded[call{uint64(r.Key.Effect), r.Key.Call}] = true
+		iterations[uint64(r.Key.Effect)] = r.Key.Iteration
+		if r.Outcome.Failed {
+			continue
+		}
+		if a, err := decodeAnswer(r.Outcome.Data); err == nil && a.Response != nil {
+			for _, c := range a.Response.ToolCalls {
+				k := call{uint64(r.Key.Effect) + 1, c.ID}
+				names[k] = c.Name
+				if r.Outcome.Intends {
+					asked[k] = r
+				}
+			}
+		}
+	}
+	intents, err := i.journal.Intents(ctx, session, turnID)
+	if err != nil {
+		return nil, err
+	}
+	var out []JournalEntry
+	add := func(k call, run string, at time.Time, why string) {
+		if recorded[k] {
+			return
+		}
+		recorded[k] = true
+		// A batch's calls share the iteration of the answer before them.
+		key := turn.ReplayKey{Session: session, Turn: turnID, Iteration: iterations[k.effect-1], Kind: turn.KindToolCall, Effect: turn.EffectID(k.effect), Call: k.id}
+		je := JournalEntry{Key: key, Name: key.String(), Kind: key.Kind.String(), Call: k.id, Run: run, RecordedAt: at, InDoubt: true,
+			Summary: fmt.Sprintf("%s %s; no outcome recorded: running, or in doubt if that run is gone", names[k], why)}
+		je.Recorder, _, _ = strings.Cut(run, "/")
+		out = append(out, je)
+	}
+	for _, in := range intents {
+		add(call{in.Effect, in.Call}, in.Recorder, in.At, "started by "+in.Recorder)
+	}
+	for k, r := range asked {
+		add(k, r.Recorder, r.At, "asked for in the answer "+r.Recorder+" recorded")
+	}
+	slices.SortFunc(out, func(x, y JournalEntry) int {
+		return cmp.Or(cmp.Compare(x.Key.Effect, y.Key.Effect), cmp.Compare(x.Call, y.Call))
+	})
 	return out, nil
 }
 

@@ -87,7 +87,37 @@ func TestAnswerStandsForIntents(t *testing.T) {
 	if doubt, err := j.InDoubt(r.ctx, key); err != nil || !doubt {
 		t.Fatalf("a call the recorded answer asked for: in doubt %v, %v", doubt, err)
 	}
+	// The turn's journal shows the three calls as started, not recorded,
+	// and a call with an intent of its own (as a resumed call writes).
+	tid := turnID(seq)
+	started := effectlog.New(first.Streams(), effectlog.WithRecorder("other/run-1"))
+	if err := started.Started(r.ctx, turn.ReplayKey{Session: "stopped", Turn: tid, Iteration: 1, Kind: turn.KindToolCall, Effect: 3, Call: "call:9"}, 1); err != nil {
+		t.Fatal(err)
+	}
+	insp := NewInspector(first.Streams())
+	js, err := insp.Journal(r.ctx, "stopped", turnID(seq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doubtful []string
+	for _, e := range js {
+		if e.InDoubt {
+			doubtful = append(doubtful, e.Name+" "+e.Recorder)
+		}
+	}
+	if want := []string{"stopped/" + tid + "/1/tool-call/3/call:9 other", "stopped/" + tid + "/1/tool-call/3/call_1 first",
+		"stopped/" + tid + "/1/tool-call/3/call_2 first", "stopped/" + tid + "/1/tool-call/3/call_3 first"}; !slices.Equal(doubtful, want) {
+		t.Fatalf("calls in doubt: %q, want %q", doubtful, want)
+	}
 	res := runUntilFree(t, second.Session("stopped"))
+	if js, err = insp.Journal(r.ctx, "stopped", tid); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range js {
+		if e.InDoubt || !e.Replayed && !e.Executed {
+			t.Fatalf("after the commit: %+v", e)
+		}
+	}
 	if len(res) != 1 || res[0].Outcome.Termination.Reason != turn.NaturalEnd {
 		t.Fatalf("second run: %+v", res)
 	}
@@ -99,10 +129,11 @@ func TestAnswerStandsForIntents(t *testing.T) {
 		t.Fatalf("a recorded call: in doubt %v, %v", doubt, err)
 	}
 
-	// Neither session's runs wrote an intent; both wrote records.
+	// Neither session's runs wrote an intent (the one there is the
+	// test's); both wrote records.
 	records, intents := 0, 0
 	for _, m := range journaled() {
-		if strings.HasSuffix(m, ".i") {
+		if strings.HasSuffix(m, ".i") && !strings.Contains(m, ".3.=") {
 			intents++
 		} else {
 			records++

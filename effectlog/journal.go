@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/lash-run/lash/blobs"
@@ -211,6 +213,45 @@ func (j *Journal) Load(ctx context.Context, session, turnID string) ([]*Record, 
 		}
 	}
 	return out, nil
+}
+
+// Intent is an attempt a run noted as started (Started).
+type Intent struct {
+	Effect uint64
+	Call   string
+	// Recorder is the run that started it; At is when the server stored
+	// the intent.
+	Recorder string
+	At       time.Time
+}
+
+// Intents lists the intents of a turn in the order they were written.
+func (j *Journal) Intents(ctx context.Context, session, turnID string) ([]Intent, error) {
+	filter, err := j.s.Subjects().TurnIntents(session, turnID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	var out []Intent
+	err = j.s.Read(ctx, filter, 0, func(m *streams.Msg) error {
+		// <prefix>.fx.<session>.<turn>.<effect>.<call or _>.i
+		tok := strings.Split(m.Subject, ".")
+		if len(tok) < 4 {
+			return nil
+		}
+		effect, err := strconv.ParseUint(tok[len(tok)-3], 10, 64)
+		if err != nil {
+			return nil // not an intent this version writes
+		}
+		call := ""
+		if c := tok[len(tok)-2]; c != "_" {
+			if call, err = streams.ParseToken(c); err != nil {
+				return nil
+			}
+		}
+		out = append(out, Intent{Effect: effect, Call: call, Recorder: string(m.Data), At: m.Time})
+		return nil
+	})
+	return out, err
 }
 
 // Started notes that an attempt of the effect at key is about to run. A

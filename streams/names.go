@@ -238,6 +238,16 @@ func (s Subjects) TurnRecords(session, turn string) (string, error) {
 	return s.prefix + ".fx." + t[0] + "." + t[1] + ".*.*.r", nil
 }
 
+// TurnIntents matches the intents of one turn: the attempts its runs
+// started.
+func (s Subjects) TurnIntents(session, turn string) (string, error) {
+	t, err := mustTokens(session, turn)
+	if err != nil {
+		return "", err
+	}
+	return s.prefix + ".fx." + t[0] + "." + t[1] + ".*.*.i", nil
+}
+
 // ProcessEvents is a process's record and event log.
 func (s Subjects) ProcessEvents(process string) (string, error) {
 	t, err := mustTokens(process)

@@ -97,17 +97,34 @@ func (c *Client) LastSeq(ctx context.Context, s Stream) (uint64, error) {
 // Bounds are the first and last sequences stream s keeps, as its leader
 // reports them; an empty stream has first = last+1.
 func (c *Client) Bounds(ctx context.Context, s Stream) (first, last uint64, err error) {
+	info, err := c.info(ctx, s)
+	if err != nil {
+		return 0, 0, err
+	}
+	return info.State.FirstSeq, info.State.LastSeq, nil
+}
+
+// Consumers counts the consumers a stream has: for LIVE, its followers.
+func (c *Client) Consumers(ctx context.Context, s Stream) (int, error) {
+	info, err := c.info(ctx, s)
+	if err != nil {
+		return 0, err
+	}
+	return info.State.Consumers, nil
+}
+
+func (c *Client) info(ctx context.Context, s Stream) (*jetstream.StreamInfo, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
 	var info *jetstream.StreamInfo
-	err = retryRead(ctx, func() (err error) {
+	err := retryRead(ctx, func() (err error) {
 		info, err = c.streams[s].Info(ctx)
 		return err
 	})
 	if err != nil {
-		return 0, 0, fmt.Errorf("streams: info %s: %w", c.cfg.streamName(s), err)
+		return nil, fmt.Errorf("streams: info %s: %w", c.cfg.streamName(s), err)
 	}
-	return info.State.FirstSeq, info.State.LastSeq, nil
+	return info, nil
 }
 
 // IsBatchCommit and BatchID read the atomic batch headers a stored message

@@ -20,7 +20,9 @@ executed it, the node that recorded it, how long it took and when it was recorde
 A checkpoint right after a model answer without tool calls, or after a round of one
 tool call, is answered in that effect's record: it shows with no hash of its own, and
 its "in" names the record (--json). It is listed from that record, also when a hook ended
-the turn before the checkpoint came.
+the turn before the checkpoint came. While the turn is uncommitted, each tool call a run
+started (an intent, or the recorded answer that asked for it) without an outcome recorded
+is listed as "started" ("in_doubt" in JSON): running, or in doubt if that run is gone.
 TURN is a turn id ("in-7") or the sequence of the input that started it ("7").`,
 	min: 2, max: 2,
 	check: func(a *app, args []string) error { return a.checkTurn(args[1]) },
@@ -41,6 +43,7 @@ type effectJSON struct {
 	TookMS     float64   `json:"took_ms"`
 	RecordedAt time.Time `json:"recorded_at"`
 	In         string    `json:"in,omitempty"`
+	InDoubt    bool      `json:"in_doubt"`
 }
 
 type effectsJSON struct {
@@ -71,7 +74,7 @@ func runEffects(a *app, args []string) error {
 	for _, j := range js {
 		out.Effects = append(out.Effects, effectJSON{Key: j.Name, Kind: j.Kind, Call: j.Call, Hash: j.Hash, Summary: j.Summary,
 			Failed: j.Failed, Replayed: j.Replayed, Executed: j.Executed, Recorder: j.Recorder, Run: j.Run,
-			TookMS: ms(j.Took), RecordedAt: utc(j.RecordedAt), In: j.In})
+			TookMS: ms(j.Took), RecordedAt: utc(j.RecordedAt), In: j.In, InDoubt: j.InDoubt})
 	}
 	return a.emit(out, func(w io.Writer) {
 		row(w, "KEY", "KIND", "HASH", "OUTCOME", "RUN", "RECORDER", "TOOK", "RECORDED AT")
@@ -82,6 +85,8 @@ func runEffects(a *app, args []string) error {
 				run = "replayed"
 			case j.Executed:
 				run = "executed"
+			case j.InDoubt:
+				run = "started"
 			}
 			hash := j.Hash[:min(8, len(j.Hash))]
 			if j.In != "" {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/lash-run/lash"
 	"github.com/lash-run/lash/internal/cli"
@@ -128,6 +130,16 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) (err error) {
 	m.gauge("projection_applied_sequence", "The last SESSIONS sequence the node's projection folded.",
 		func() float64 { return float64(node.Projection().Applied()) })
 	m.gauge("tools", "Tools offered to the model: built-in and served over NATS.", func() float64 { return float64(ts.count()) })
+	m.gauge("live_followers", "Followers of live events from a cursor, deployment-wide: the consumers on the LIVE stream (lash-admin watch, transcript --follow, send --wait, console pages, live.Follow). Plain subscribers to the live subjects are not counted.",
+		func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			n, err := node.Streams().Consumers(ctx, streams.Live)
+			if err != nil {
+				return math.NaN()
+			}
+			return float64(n)
+		})
 
 	api, err := nodeapi.Start(node, nodeapi.Config{Version: nodeVersion(), Logger: log, OnRequest: m.request})
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/lash-run/lash/leases"
+	"github.com/lash-run/lash/live"
 	"github.com/lash-run/lash/nodeapi"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/testenv"
@@ -163,6 +164,24 @@ func TestNodeEmbedded(t *testing.T) {
 	// A bad request is refused and counted.
 	if _, err := c.Do(ctx, nodeapi.EndpointSubmit, []byte(`{"session":`)); !errors.Is(err, nodeapi.ErrBadRequest) {
 		t.Errorf("bad request: %v", err)
+	}
+
+	// One follower of live events from a cursor is counted.
+	sc, err := streams.Bind(ctx, nc, streams.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fctx, stopFollow := context.WithCancel(ctx)
+	followed := make(chan error, 1)
+	go func() { followed <- live.Follow(fctx, sc, "ops", 0, func(live.Record) error { return nil }) }()
+	defer func() { stopFollow(); <-followed }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_, body := get(t, addr+"/metrics")
+		if n, ok := metricValue(body, "lash_live_followers"); ok && n == 1 {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("lash_live_followers = %v (found %v), want 1", n, ok)
+		}
 	}
 
 	code, body := get(t, addr+"/healthz")

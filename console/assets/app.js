@@ -204,7 +204,7 @@ async function journalPage(id, tid) {
     const end = (e) => Date.parse(e.recorded_at), start = (e) => end(e) - e.took_ms;
     const t0 = Math.min(...d.effects.map(start)), span = Math.max(1, Math.max(...d.effects.map(end)) - t0);
     const rows = d.effects.map((e) => {
-      const run = e.in_doubt ? badge("in doubt", "indoubt") : e.replayed ? badge("replayed") : e.executed ? badge("executed") : badge("uncommitted", "idle");
+      const run = e.in_doubt ? badge("started, no outcome", "indoubt") : e.replayed ? badge("replayed") : e.executed ? badge("executed") : badge("uncommitted", "idle");
       return h("tr", { "data-key": e.key },
         td(e.key.split("/").slice(2).join("/") || e.key, "mono"), td(e.kind), td(e.summary), td(run),
         td(e.recorder, "mono"), td(e.took_ms.toFixed(1) + " ms", "num"),
@@ -213,7 +213,7 @@ async function journalPage(id, tid) {
         td(when(e.recorded_at)));
     });
     show(h("h1", {}, "Turn ", h("span", { class: "mono" }, tid), " of ", h("a", { href: "#/sessions/" + enc(id), class: "mono" }, id)),
-      h("p", { class: "muted" }, d.committed ? "Committed. Replayed effects were recorded by an earlier run and taken from the journal; executed ones were run by the committing run." : "Not committed yet."),
+      h("p", { class: "muted" }, d.committed ? "Committed. Replayed effects were recorded by an earlier run and taken from the journal; executed ones were run by the committing run." : "Not committed yet. A call started with no outcome is running, or in doubt if the run that started it is gone: the next run tells the tool so."),
       h("div", { class: "timeline" }, table(["Effect", "Kind", "Outcome", "Run", "Recorder", "Took", "", "Recorded"], rows, "The journal of this turn is empty (purged or past its retention).")));
   });
 }
