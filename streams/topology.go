@@ -188,6 +188,9 @@ const (
 var streamSuffix = [numStreams]string{"SESSIONS", "EFFECTS", "PROCESSES", "TRIGGERS", "TIMERS", "LIVE"}
 
 // Names of the deployment's streams and buckets.
+// StreamName is the name of one of the deployment's streams.
+func (c Config) StreamName(s Stream) string { return c.withDefaults().streamName(s) }
+
 func (c Config) streamName(s Stream) string {
 	return strings.ToUpper(strings.ReplaceAll(c.Prefix, "-", "_")) + "_" + streamSuffix[s]
 }

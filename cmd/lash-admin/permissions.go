@@ -84,16 +84,17 @@ func permissionUsers(prefix string, f permFlags) ([]permUser, error) {
 			return nil, err
 		}
 		api := prefix + ".api.sess." + tok + "."
+		liveSubj := prefix + ".live." + tok
 		users = append(users, permUser{
-			comment: fmt.Sprintf("a client of session %s: its messages, its status and live events, its own replies", s),
+			comment: fmt.Sprintf("a client of session %s: its messages, its status and live events (also from a cursor), its own replies", s),
 			name:    "client-" + tok,
-			pub:     []string{prefix + ".sess." + tok + ".in", api + "submit", api + "status"},
-			sub:     []string{prefix + ".live." + tok, userInbox("client-"+tok) + ".>"},
+			pub:     append([]string{prefix + ".sess." + tok + ".in", api + "submit", api + "status"}, liveReader(prefix, liveSubj)...),
+			sub:     []string{liveSubj, userInbox("client-"+tok) + ".>"},
 		}, permUser{
-			comment: fmt.Sprintf("an approver of session %s: decisions on its suspended calls and cancels, its status and live events, its own replies", s),
+			comment: fmt.Sprintf("an approver of session %s: decisions on its suspended calls and cancels, its status and live events (also from a cursor), its own replies", s),
 			name:    "approver-" + tok,
-			pub:     []string{prefix + ".sess." + tok + ".decide", api + "decide", api + "cancel", api + "status"},
-			sub:     []string{prefix + ".live." + tok, userInbox("approver-"+tok) + ".>"},
+			pub:     append([]string{prefix + ".sess." + tok + ".decide", api + "decide", api + "cancel", api + "status"}, liveReader(prefix, liveSubj)...),
+			sub:     []string{liveSubj, userInbox("approver-"+tok) + ".>"},
 		})
 	}
 	for _, typ := range splitList(f.signals) {
@@ -122,6 +123,17 @@ func permissionUsers(prefix string, f permFlags) ([]permUser, error) {
 		})
 	}
 	return users, nil
+}
+
+// liveReader is the JetStream API a session's user needs to follow its live
+// events from a cursor: an ordered consumer on the LIVE stream whose filter
+// is its own subject (the server checks the filter the create subject
+// names against the consumer's), pulled, looked up and deleted. Consumer
+// names are random, and listing them is not granted.
+func liveReader(prefix, subject string) []string {
+	live := streams.Config{Prefix: prefix}.StreamName(streams.Live)
+	return []string{"$JS.API.STREAM.INFO." + live, "$JS.API.CONSUMER.CREATE." + live + ".*." + subject,
+		"$JS.API.CONSUMER.MSG.NEXT." + live + ".*", "$JS.API.CONSUMER.INFO." + live + ".*", "$JS.API.CONSUMER.DELETE." + live + ".*"}
 }
 
 // userInbox is the inbox prefix the template lets user subscribe under.

@@ -22,6 +22,7 @@ import (
 	"github.com/lash-run/lash/turn"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 )
 
@@ -119,6 +120,47 @@ func TestPermissionsTemplate(t *testing.T) {
 	})
 	if m, err := live.NextMsg(5 * time.Second); err != nil || !strings.Contains(string(m.Data), "turn") {
 		t.Fatalf("s1's client reading its live events: %v", err)
+	}
+	// It follows them from a cursor too, through an ordered consumer of
+	// its own subject; another session's filter is refused.
+	follow := func(nc *nats.Conn, subject string, from uint64) (*jetstream.Msg, error) {
+		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return nil, err
+		}
+		st, err := js.Stream(fctx, "LASH_LIVE")
+		if err != nil {
+			return nil, err
+		}
+		cons, err := st.OrderedConsumer(fctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject},
+			DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from})
+		if err != nil {
+			return nil, err
+		}
+		m, err := cons.Next(jetstream.FetchMaxWait(3 * time.Second))
+		if err != nil {
+			return nil, err
+		}
+		return &m, nil
+	}
+	first, err := follow(s1, "lash.live.s1", 1)
+	if err != nil {
+		t.Fatalf("s1's client following its live events from a cursor: %v", err)
+	}
+	md, _ := (*first).Metadata()
+	if next, err := follow(s1, "lash.live.s1", md.Sequence.Stream+1); err != nil || (*next).Subject() != "lash.live.s1" {
+		t.Fatalf("s1's client following after %d: %v", md.Sequence.Stream, err)
+	}
+	if _, err := follow(a1, "lash.live.s1", 1); err != nil {
+		t.Fatalf("s1's approver following s1's live events: %v", err)
+	}
+	if _, err := follow(s1, "lash.live.s2", 1); err == nil {
+		t.Fatal("s1's client followed s2's live events")
+	}
+	if _, err := follow(s1, "lash.live.>", 1); err == nil {
+		t.Fatal("s1's client followed every session's live events")
 	}
 
 	// The client of s1 through the node API on its session's subjects.
