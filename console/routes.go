@@ -87,19 +87,32 @@ var (
 	ErrNotFound   = errors.New("not found")
 )
 
+// refusal is a message that is one of those errors without saying so.
+type refusal struct {
+	kind error
+	msg  string
+}
+
+func (e *refusal) Error() string        { return e.msg }
+func (e *refusal) Is(target error) bool { return target == e.kind }
+
+// BadRequest and NotFound make errors for a Source to return.
+func BadRequest(msg string) error { return &refusal{ErrBadRequest, msg} }
+func NotFound(msg string) error   { return &refusal{ErrNotFound, msg} }
+
 func decide(r Request) ([]string, error) {
 	var d Decision
 	dec := json.NewDecoder(strings.NewReader(string(r.Body)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&d); err != nil {
-		return nil, fmt.Errorf("%w: decision: %v", ErrBadRequest, err)
+		return nil, BadRequest(fmt.Sprintf("decision: %v", err))
 	}
 	action := map[string]string{"approve": "resume", "deny": "cancel"}[d.Action]
 	switch {
 	case action == "":
-		return nil, fmt.Errorf("%w: decision action %s: give approve or deny", ErrBadRequest, strconv.Quote(d.Action))
+		return nil, BadRequest(fmt.Sprintf("decision action %s: give approve or deny", strconv.Quote(d.Action)))
 	case d.CallID == "":
-		return nil, fmt.Errorf("%w: decision without a call_id", ErrBadRequest)
+		return nil, BadRequest("decision without a call_id")
 	}
 	argv := []string{"decide"}
 	if d.Key != "" {

@@ -266,7 +266,7 @@ func (s *server) cursor(r *http.Request) (uint64, error) {
 	}
 	n, err := strconv.ParseUint(from, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%w: cursor %q: give a sequence or \"now\"", ErrBadRequest, from)
+		return 0, BadRequest(fmt.Sprintf("cursor %q: give a sequence or \"now\"", from))
 	}
 	return n, nil
 }

@@ -117,9 +117,9 @@ func (s *consoleSource) Run(ctx context.Context, argv []string, w io.Writer) err
 	case err == nil:
 		return nil
 	case errors.As(err, &ue), errors.Is(err, cli.ErrUsage), errors.Is(err, errHelp):
-		return fmt.Errorf("%w: %s", console.ErrBadRequest, oneLine(err.Error()))
+		return console.BadRequest(oneLine(err.Error()))
 	case errors.Is(err, errUnknownSession), errors.Is(err, projector.ErrNotFound), errors.As(err, &nf):
-		return fmt.Errorf("%w: %s", console.ErrNotFound, oneLine(err.Error()))
+		return console.NotFound(oneLine(err.Error()))
 	}
 	return errors.New(oneLine(err.Error()))
 }

@@ -230,6 +230,12 @@ func TestConsole(t *testing.T) {
 	b.screenshot("sessions")
 	b.do(chromedp.Navigate(url + "/#/sessions?state=waiting"))
 	b.until("the state filter keeps s2 alone", `!!document.querySelector('tr[data-session="s2"]') && !document.querySelector('tr[data-session="s1"]')`)
+	// Pages of one, the latest active first: x (its malformed input came
+	// last), then s2 through the next link.
+	b.do(chromedp.Navigate(url + "/#/sessions?limit=1"))
+	b.until("the first page", `document.querySelectorAll("tr[data-session]").length === 1 && !!document.querySelector('tr[data-session="x"]') && !!document.getElementById("next-page")`)
+	b.do(chromedp.Click(chromedp.CSS("#next-page")))
+	b.until("the second page", `document.querySelectorAll("tr[data-session]").length === 1 && !!document.querySelector('tr[data-session="s2"]') && !!document.getElementById("first-page")`)
 
 	// A streamed answer: deltas on the page before the turn commits.
 	b.page(url+"/#/sessions/s1", "Session")

@@ -73,10 +73,13 @@ function poll(load, ms) {
 async function sessionsPage(q) {
   const state = q.get("state") || "";
   const after = q.get("after") || "";
-  const filter = h("select", { id: "state-filter", onchange: (e) => { location.hash = "#/sessions" + (e.target.value ? "?state=" + enc(e.target.value) : ""); } },
+  const limit = q.get("limit") || "50";
+  // The links of this page keep its filter and page size.
+  const link = (extra) => "#/sessions?" + new URLSearchParams(Object.assign({}, state ? { state } : {}, limit !== "50" ? { limit } : {}, extra || {}));
+  const filter = h("select", { id: "state-filter", onchange: (e) => { location.hash = "#/sessions?" + new URLSearchParams(e.target.value ? { state: e.target.value } : {}); } },
     ["", "idle", "running", "waiting", "failed"].map((s) => h("option", { value: s, selected: s === state }, s || "all states")));
   poll(async () => {
-    const params = new URLSearchParams({ limit: "50" });
+    const params = new URLSearchParams({ limit });
     if (state) params.set("state", state);
     if (after) params.set("after", after);
     const d = await api("/sessions?" + params);
@@ -85,8 +88,8 @@ async function sessionsPage(q) {
       td(badge(s.state)), td(when(s.active)), td(when(s.created)),
       td(s.turns, "num"), td(s.last_turn, "mono"), td(s.termination.reason || ""),
       td(s.usage.input_tokens + s.usage.output_tokens, "num"), td(s.pending_inputs, "num"), td(s.suspended, "num")));
-    const next = d.next ? h("a", { id: "next-page", href: "#/sessions?" + new URLSearchParams(Object.assign(state ? { state } : {}, { after: d.next })) }, "Next page →") : null;
-    show(h("h1", {}, "Sessions"), h("div", { class: "toolbar" }, filter, after ? h("a", { href: "#/sessions" + (state ? "?state=" + enc(state) : "") }, "← First page") : null),
+    const next = d.next ? h("a", { id: "next-page", href: link({ after: d.next }) }, "Next page →") : null;
+    show(h("h1", {}, "Sessions"), h("div", { class: "toolbar" }, filter, after ? h("a", { id: "first-page", href: link() }, "← First page") : null),
       table(["Session", "State", "Last active", "Created", "Turns", "Last turn", "Termination", "Tokens", "Pending", "Suspended"], rows, "No sessions" + (state ? " in state " + state : "") + "."),
       h("p", {}, next));
   });
