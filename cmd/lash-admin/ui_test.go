@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,11 +18,9 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/lash-run/lash"
-	"github.com/lash-run/lash/provider/scripted"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/testenv"
 	"github.com/lash-run/lash/tools"
-	"github.com/lash-run/lash/turn"
 )
 
 // consoleScript streams its story slowly, so a page can be caught in the
@@ -198,18 +195,7 @@ func (b *browser) page(url, title string) {
 func TestConsole(t *testing.T) {
 	srv := testenv.RunJetStream(t)
 	ctx := context.Background()
-	n, err := lash.Open(ctx, lash.WithConn(srv.Conn(t)), lash.WithNodeID("node-a"),
-		lash.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
-		lash.WithModel(scripted.NewModel(scripted.MustParse(consoleScript))), lash.WithTools(approvalTools(t)),
-		lash.WithMachine(turn.Config{Model: "scripted", System: system}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close(context.Background()) })
-	sctx, stop := context.WithCancel(ctx)
-	served := make(chan struct{})
-	go func() { n.Serve(sctx); close(served) }()
-	t.Cleanup(func() { stop(); <-served })
+	n := servingNode(t, srv, consoleScript, approvalTools(t))
 	a := &admin{t: t, bin: buildAdmin(t, t.TempDir()), url: srv.URL(), cache: t.TempDir()}
 
 	var ans answerJSON

@@ -16,6 +16,7 @@ import (
 	"github.com/lash-run/lash/live"
 	"github.com/lash-run/lash/provider/scripted"
 	"github.com/lash-run/lash/testenv"
+	"github.com/lash-run/lash/tools"
 	"github.com/lash-run/lash/turn"
 )
 
@@ -92,16 +93,13 @@ func (f *follower) stop() {
 	}
 }
 
-// send --wait prints the answer of the turn that consumes the input; watch
-// follows a session's events, and one started again after the last
-// sequence it printed prints every event it missed, once, in order; both
-// binaries tell their version.
-func TestWatchAndSendWait(t *testing.T) {
-	srv := testenv.RunJetStream(t)
+// servingNode runs node-a on srv with a scripted model, serving inputs
+// until the test ends.
+func servingNode(t *testing.T, srv *testenv.Server, script string, reg *tools.Registry) *lash.Node {
 	ctx := context.Background()
 	n, err := lash.Open(ctx, lash.WithConn(srv.Conn(t)), lash.WithNodeID("node-a"),
 		lash.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
-		lash.WithModel(scripted.NewModel(scripted.MustParse(script))), lash.WithTools(registry(t)),
+		lash.WithModel(scripted.NewModel(scripted.MustParse(script))), lash.WithTools(reg),
 		lash.WithMachine(turn.Config{Model: "scripted", System: system}))
 	if err != nil {
 		t.Fatal(err)
@@ -111,6 +109,16 @@ func TestWatchAndSendWait(t *testing.T) {
 	served := make(chan struct{})
 	go func() { n.Serve(sctx); close(served) }()
 	t.Cleanup(func() { stop(); <-served })
+	return n
+}
+
+// send --wait prints the answer of the turn that consumes the input; watch
+// follows a session's events, and one started again after the last
+// sequence it printed prints every event it missed, once, in order; both
+// binaries tell their version.
+func TestWatchAndSendWait(t *testing.T) {
+	srv := testenv.RunJetStream(t)
+	servingNode(t, srv, script, registry(t))
 	a := &admin{t: t, bin: buildAdmin(t, t.TempDir()), url: srv.URL(), cache: t.TempDir()}
 
 	if out := a.ok("--version"); !strings.HasPrefix(out, "lash-admin ") {
