@@ -26,6 +26,7 @@ type (
 			Replayed bool   `json:"replayed"`
 			Executed bool   `json:"executed"`
 			Recorder string `json:"recorder"`
+			InDoubt  bool   `json:"in_doubt"`
 		} `json:"effects"`
 	}
 	turns struct {
@@ -150,7 +151,7 @@ func (d *deployment) waitToolRecorded(session, turnID string) {
 			return err
 		}
 		for _, e := range ef.Effects {
-			if e.Call != "" {
+			if e.Call != "" && !e.InDoubt {
 				return nil
 			}
 		}
