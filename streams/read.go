@@ -18,9 +18,10 @@ import (
 //
 // Read goes through a consumer, which on a replicated stream may run on a
 // follower a moment behind the leader. For a filter without wildcards it
-// asks the leader for the subject's last message first and reads at least
-// through it, so a read sees every message stored before the call; a
-// wildcard read may end a moment behind. Decide writes with Head and
+// asks the leader first whether anything follows from (no consumer when
+// nothing does) and then for the subject's last message, and reads at
+// least through it, so a read sees every message stored before the call;
+// a wildcard read may end a moment behind. Decide writes with Head and
 // NextOnSubject, which ask the leader.
 func (c *Client) Read(ctx context.Context, filter string, from uint64, fn func(*Msg) error) error {
 	return c.ReadSubjects(ctx, []string{filter}, from, fn)
@@ -47,6 +48,13 @@ func (c *Client) ReadSubjects(ctx context.Context, filters []string, from uint64
 			return err
 		}
 	} else {
+		// Most reads find nothing after from (a checkpoint's look at the
+		// inputs): the leader says so without sending a message back.
+		if _, err := c.NextOnSubjects(ctx, filters, from); errors.Is(err, ErrNotFound) {
+			return nil
+		} else if err != nil {
+			return err
+		}
 		heads, err := each(filters, func(f string) (*Msg, error) { return c.Head(ctx, f) })
 		if err != nil {
 			return err
