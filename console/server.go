@@ -207,7 +207,12 @@ func (s *server) live(w http.ResponseWriter, r *http.Request) {
 	// The open event carries the cursor, so a browser that reconnects
 	// before any event came resumes from here, not from a later tail.
 	sse.send("retry: 1000\nevent: open\nid: %d\ndata: {\"after\":%d}\n\n", after, after)
+	beating := make(chan struct{})
+	// The heartbeat must stop before the handler returns: nothing may
+	// write to w after that.
+	defer func() { cancel(); <-beating }()
 	go func() {
+		defer close(beating)
 		t := time.NewTicker(heartbeat)
 		defer t.Stop()
 		for {
