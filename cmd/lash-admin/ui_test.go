@@ -234,6 +234,7 @@ func TestConsole(t *testing.T) {
 	b.screenshot("session-streaming")
 	story := "Once upon a time a durable agent outlived every crash and finished its work."
 	b.until("the committed answer in the transcript", fmt.Sprintf(`(() => { const ms = [...document.querySelectorAll("#transcript .msg.assistant")]; return ms.length >= 2 && ms[ms.length-1].textContent.endsWith(%q) && document.getElementById("stream").hidden && document.querySelectorAll("#turns tbody tr").length === 2; })()`, story))
+	b.until("no undefined value", `!document.querySelector("main").textContent.includes("undefined")`)
 	b.screenshot("session")
 
 	// The story turn's journal as a timeline.
@@ -253,16 +254,18 @@ func TestConsole(t *testing.T) {
 		t.Fatalf("s2 after the approval: %+v %v", h, err)
 	}
 
+	a.ok("triggers", "register", "deploys", "--source", "deploy.>", "--tool", "transfer", "--owner", "session:s1", "--op", "op-1")
 	for _, p := range []struct{ hash, title, shows string }{
 		{"quarantine", "Quarantine", "lash.sess.x.in"},
 		{"nodes", "Nodes", "node-a"},
 		{"processes", "Processes", ""},
-		{"triggers", "Triggers", ""},
+		{"triggers", "Triggers", "session s1"},
 	} {
 		b.page(url+"/#/"+p.hash, p.title)
 		if p.shows != "" {
 			b.until(p.hash+" shows "+p.shows, fmt.Sprintf(`document.querySelector("main").textContent.includes(%q)`, p.shows))
 		}
+		b.until(p.hash+" shows no undefined value", `!document.querySelector("main").textContent.includes("undefined")`)
 		b.screenshot(p.hash)
 	}
 

@@ -260,7 +260,7 @@ async function triggersPage() {
     const [t, dl] = await Promise.all([api("/triggers"), api("/triggers/deliveries")]);
     show(h("h1", {}, "Triggers"),
       table(["Subscription", "Owner", "Key", "Source", "Starts", "State", "Changed"], t.subscriptions.map((s) => h("tr", {},
-        td(s.id, "mono"), td(s.owner.session || "host"), td(s.key), td(s.source, "mono"), td(s.start), td(badge(s.state, s.state === "enabled" ? "executed" : "idle")), td(when(s.changed)))), "No subscriptions."),
+        td(s.id, "mono"), td(s.owner.kind === "session" ? "session " + s.owner.id : s.owner.kind), td(s.key), td(s.source, "mono"), td(s.start), td(badge(s.state, s.state === "enabled" ? "executed" : "idle")), td(when(s.changed)))), "No subscriptions."),
       h("h2", {}, "Deliveries"),
       table(["Delivery", "Subscription", "Occurrence", "Process", "State", "Reserved"], dl.deliveries.map((x) => h("tr", {},
         td(x.id, "mono"), td(x.subscription, "mono"), td(x.occurrence, "mono"), td(x.process, "mono"),
