@@ -3,10 +3,15 @@ package streams_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/testenv"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Bind creates nothing: with no deployment it says so, and it binds one
@@ -53,5 +58,81 @@ func TestBind(t *testing.T) {
 	var se *streams.SchemaError
 	if !errors.As(err, &se) || se.Field != "lash.inline_bytes" {
 		t.Fatalf("open with another inline size: %v", err)
+	}
+}
+
+// On a single server the session stream's reads are direct gets (no JSON
+// API request); a session stream made without them, by an earlier build,
+// is accepted and read through the API, with the same answers.
+func TestSessionReadsAreDirectOnOneServer(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.RunJetStream(t)
+	nc := srv.Conn(t)
+	spy := srv.Conn(t)
+	var direct, api atomic.Int64
+	if _, err := spy.Subscribe("$JS.API.>", func(m *nats.Msg) {
+		switch {
+		case strings.HasPrefix(m.Subject, "$JS.API.DIRECT.GET.ONE_SESSIONS"):
+			direct.Add(1)
+		case strings.HasPrefix(m.Subject, "$JS.API.STREAM.MSG.GET.ONE_SESSIONS"):
+			api.Add(1)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	read := func(c *streams.Client) {
+		t.Helper()
+		subj, err := c.Subjects().SessionInputs("s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := c.NextOnSubject(ctx, subj, 1)
+		if err != nil || string(m.Data) != "hi" {
+			t.Fatalf("read %v, %v", m, err)
+		}
+		if _, err := c.NextOnSubject(ctx, subj, m.Seq+1); !errors.Is(err, streams.ErrNotFound) {
+			t.Fatalf("read past the last input: %v", err)
+		}
+		if err := spy.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := streams.Open(ctx, nc, streams.Config{Prefix: "one"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj, _ := c.Subjects().SessionInputs("s")
+	if _, err := nc.Request(subj, []byte("hi"), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	read(c)
+	if direct.Load() != 2 || api.Load() != 0 {
+		t.Fatalf("reads: %d direct, %d through the API; want 2 direct", direct.Load(), api.Load())
+	}
+	// The stream as an earlier build made it.
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, c.Config().StreamName(streams.Sessions))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.AllowDirect = false
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	c, err = streams.Open(ctx, nc, streams.Config{Prefix: "one"})
+	if err != nil {
+		t.Fatalf("open a session stream without direct gets: %v", err)
+	}
+	direct.Store(0)
+	read(c)
+	if direct.Load() != 0 || api.Load() != 2 {
+		t.Fatalf("reads: %d direct, %d through the API; want 2 through the API", direct.Load(), api.Load())
 	}
 }

@@ -72,6 +72,7 @@
 //
 // Reads that decide a write (the message after a conflict) go to the stream
 // leader: the streams do not allow direct gets, which followers may answer
-// from behind. Every call takes a context; calls without a deadline get
-// DefaultTimeout.
+// from behind, except SESSIONS on a single server, the leader itself, where
+// its reads are direct gets (ADR 0033). Every call takes a context; calls
+// without a deadline get DefaultTimeout.
 package streams

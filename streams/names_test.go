@@ -107,3 +107,20 @@ func TestTokenBoundsAndCanonicalForm(t *testing.T) {
 		t.Error("a prefix of 33 characters was accepted")
 	}
 }
+
+// Only a single server answers reads directly, and only the session
+// stream's: a replicated stream's follower could answer from behind.
+func TestDirectGetsOnlyOnOneServer(t *testing.T) {
+	for _, replicas := range []int{1, 3} {
+		c := Config{Replicas: replicas}.withDefaults()
+		for s := Stream(0); s < numStreams; s++ {
+			want := s == Sessions && replicas == 1
+			if got := c.streamConfig(s).AllowDirect; got != want {
+				t.Errorf("R%d %s: direct gets %v, want %v", replicas, c.streamName(s), got, want)
+			}
+		}
+		if c.leaseStreamConfig().AllowDirect || c.blobStreamConfig().AllowDirect {
+			t.Errorf("R%d: the lease bucket or the object store allows direct gets", replicas)
+		}
+	}
+}

@@ -237,9 +237,11 @@ func (c Config) streamConfig(s Stream) jetstream.StreamConfig {
 		Replicas:   c.Replicas,
 		Duplicates: c.DuplicateWindow,
 		MaxMsgSize: maxMsgSize,
-		// Reads after a conflict must see the leader's state; direct gets
-		// may be answered by a lagging follower.
-		AllowDirect:        false,
+		// Reads after a conflict must see the leader's state, and a direct
+		// get may be answered by a lagging follower: only a single
+		// server, which is the leader, answers the session stream's reads
+		// directly (ADR 0033).
+		AllowDirect:        s == Sessions && c.Replicas == 1,
 		AllowAtomicPublish: true,
 		Metadata:           c.metadata(),
 	}
@@ -371,6 +373,11 @@ func compareStream(want, got jetstream.StreamConfig) error {
 			g = "absent"
 		}
 		return &SchemaError{Stream: want.Name, Field: "schema version", Want: w, Got: g}
+	}
+	if want.AllowDirect && !got.AllowDirect {
+		// A stream made before direct gets were allowed reads through
+		// the API: slower, as fresh.
+		got.AllowDirect = true
 	}
 	limit := func(n int64) string {
 		if n <= 0 {
