@@ -113,19 +113,25 @@ func (c *Client) NextOnSubjects(ctx context.Context, subjects []string, seq uint
 	return first, nil
 }
 
-// each runs get for every subject at once; ErrNotFound leaves a nil.
+// each runs get for every subject at once, the last on the caller's
+// goroutine; ErrNotFound leaves a nil.
 func each(subjects []string, get func(string) (*Msg, error)) ([]*Msg, error) {
 	out := make([]*Msg, len(subjects))
-	errs := make([]error, len(subjects))
-	var wg sync.WaitGroup
-	for i, s := range subjects {
-		wg.Go(func() {
-			out[i], errs[i] = get(s)
-			if errors.Is(errs[i], ErrNotFound) {
-				errs[i] = nil
-			}
-		})
+	if len(subjects) == 0 {
+		return out, nil
 	}
+	errs := make([]error, len(subjects))
+	one := func(i int) {
+		out[i], errs[i] = get(subjects[i])
+		if errors.Is(errs[i], ErrNotFound) {
+			errs[i] = nil
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range len(subjects) - 1 {
+		wg.Go(func() { one(i) })
+	}
+	one(len(subjects) - 1)
 	wg.Wait()
 	return out, errors.Join(errs...)
 }
