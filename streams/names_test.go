@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/nats-io/nats.go"
 )
 
 func TestTokenKeepsPlainIDs(t *testing.T) {
@@ -122,5 +124,36 @@ func TestDirectGetsOnlyOnOneServer(t *testing.T) {
 		if c.leaseStreamConfig().AllowDirect || c.blobStreamConfig().AllowDirect {
 			t.Errorf("R%d: the lease bucket or the object store allows direct gets", replicas)
 		}
+	}
+}
+
+// A direct get's answer without its place, or with a status other than
+// "no message", is an error; a subject that would need escaping is not
+// sent.
+func TestDirectAnswer(t *testing.T) {
+	status := func(code, desc string) *nats.Msg {
+		return &nats.Msg{Header: nats.Header{"Status": {code}, "Description": {desc}}}
+	}
+	if _, err := directAnswer(status("404", "Message Not Found"), "p.sess.s.in"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("404: %v", err)
+	}
+	if _, err := directAnswer(status("408", "Bad Request"), "p.sess.s.in"); err == nil || errors.Is(err, ErrNotFound) {
+		t.Errorf("408: %v", err)
+	}
+	if _, err := directAnswer(&nats.Msg{Data: []byte("x"), Header: nats.Header{}}, "p.sess.s.in"); !errors.Is(err, errBadAnswer) {
+		t.Errorf("no headers: %v", err)
+	}
+	ok := &nats.Msg{Data: []byte("x"), Header: nats.Header{"Nats-Sequence": {"7"}, "Nats-Subject": {"p.sess.s.in"},
+		"Nats-Time-Stamp": {"2026-11-25T01:02:03.000000004Z"}}}
+	if m, err := directAnswer(ok, "p.sess.s.in"); err != nil || m.Seq != 7 || m.Subject != "p.sess.s.in" || m.Time.Nanosecond() != 4 {
+		t.Errorf("answer %+v, %v", m, err)
+	}
+	for _, s := range []string{"", `p.sess."x`, `p.sess.\x`, "p.sess.\n", "p.sess.é"} {
+		if plainSubject(s) {
+			t.Errorf("%q taken as plain", s)
+		}
+	}
+	if !plainSubject("p.sess.=YWI-_.in") || !plainSubject("p.sess.*.in") {
+		t.Error("a subject lash makes is refused")
 	}
 }

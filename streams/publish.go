@@ -202,6 +202,9 @@ func (c *Client) Head(ctx context.Context, subject string) (*Msg, error) {
 	if err != nil {
 		return nil, err
 	}
+	if name, ok := direct(st); ok {
+		return c.directGet(ctx, name, subject, 0, true)
+	}
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
 	var raw *jetstream.RawStreamMsg
@@ -218,6 +221,9 @@ func (c *Client) NextOnSubject(ctx context.Context, subject string, seq uint64) 
 	st, err := c.streamOf(subject)
 	if err != nil {
 		return nil, err
+	}
+	if name, ok := direct(st); ok {
+		return c.directGet(ctx, name, subject, seq, false)
 	}
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
