@@ -44,14 +44,22 @@ type keySnapshot struct {
 	Hash [32]byte `msgpack:"h"`
 }
 
-func encodeState(st *state) ([]byte, error) {
-	ss := stateSnapshot{Rev: st.rev, Newest: st.newest, History: st.history, Digest: st.digest, Suspended: st.suspended,
-		Cursor: st.cursor, Turns: st.turns, Usage: st.usage, Attempts: st.attempts, Settings: st.lastSettings}
+// takeState is what a snapshot of st holds. It shares st's slices: the
+// history is only appended to, and the others are replaced, never changed
+// in place, so a later turn leaves the snapshot as it was.
+func takeState(st *state) *stateSnapshot {
+	ss := &stateSnapshot{Rev: st.rev, Newest: st.newest, History: st.history[:len(st.history):len(st.history)], Digest: st.digest,
+		Suspended: st.suspended, Cursor: st.cursor, Turns: st.turns, Usage: st.usage, Attempts: st.attempts, Settings: st.lastSettings}
+	ss.Keys = make([]keySnapshot, 0, len(st.keys))
 	for k, u := range st.keys {
 		ss.Keys = append(ss.Keys, keySnapshot{Key: k, Seq: u.seq, Hash: u.hash})
 	}
+	return ss
+}
+
+func (ss *stateSnapshot) encode() ([]byte, error) {
 	slices.SortFunc(ss.Keys, func(a, b keySnapshot) int { return strings.Compare(a.Key, b.Key) })
-	return msgpack.Marshal(&ss)
+	return msgpack.Marshal(ss)
 }
 
 func decodeState(id string, data []byte) (*state, error) {
@@ -106,17 +114,19 @@ func (s *Session) snapshot(st *state) {
 	default:
 		return // enough in flight: a later commit writes it
 	}
-	data, err := encodeState(st)
-	if err != nil {
-		<-n.snapshots
-		n.opts.logger.Warn("session snapshot not encoded", "session", s.id, "err", err)
-		return
-	}
+	// Encoding costs in proportion to the history: it runs beside the
+	// session's next turn, not before it.
+	ss := takeState(st)
 	st.since = 0
-	snap := sessionlog.Snapshot{Rev: st.rev, Data: data}
 	n.snapWrites.Add(1)
 	go func() {
 		defer func() { <-n.snapshots; n.snapWrites.Done() }()
+		data, err := ss.encode()
+		if err != nil {
+			n.opts.logger.Warn("session snapshot not encoded", "session", s.id, "err", err)
+			return
+		}
+		snap := sessionlog.Snapshot{Rev: ss.Rev, Data: data}
 		// Derived data: a node that stops gives it up.
 		ctx, cancel := context.WithTimeout(n.halt, 30*time.Second)
 		defer cancel()
