@@ -18,9 +18,10 @@ const RequestHashing = 2
 // Digest is a running hash over a conversation's messages: the digest of
 // no messages is all zeros, and Extend folds in more, each by its
 // canonical encoding. A driver that keeps a long session in memory keeps
-// its history's digest along (Start.HistoryDigest), so that hashing a model
-// request costs in proportion to the turn's own messages, not the
-// session's length.
+// its history's digest along (Start.HistoryDigest), and the machine keeps
+// the digest of the turn's messages from one model request to the next, so
+// that hashing a request costs in proportion to the messages since the last
+// one, not the session's or the turn's length.
 type Digest [32]byte
 
 // Extend returns the digest of the messages d covers followed by msgs.
@@ -61,7 +62,13 @@ func (m *Machine) llmRequestHash(req *ModelRequest) Hash {
 	}
 	buf.Write(st.HistoryDigest[:])
 	buf.Write(binary.BigEndian.AppendUint64(nil, uint64(st.HistoryLen)))
-	rest := st.HistoryDigest.Extend(req.Messages[pre+st.HistoryLen:]...)
+	own := req.Messages[pre+st.HistoryLen:]
+	rest, from := st.HistoryDigest, 0
+	if m.ownN > 0 && m.ownN <= len(own) {
+		rest, from = m.own, m.ownN
+	}
+	rest = rest.Extend(own[from:]...)
+	m.own, m.ownN = rest, len(own)
 	buf.Write(rest[:])
 	return hashOf(buf.Bytes())
 }

@@ -112,6 +112,12 @@ type Machine struct {
 	// st.Messages still lives in it: a model request is a slice of buf,
 	// not a copy of the conversation (requestMessages).
 	buf []Message
+	// own is the digest of the history followed by the first ownN of the
+	// turn's own messages, as the last model request's hash extended it:
+	// the machine only appends to the conversation, so the next request
+	// extends it by what came since, not by the whole turn again.
+	own  Digest
+	ownN int
 }
 
 // New builds the machine for a fresh turn. The first Next yields SyncTools.

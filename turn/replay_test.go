@@ -438,3 +438,53 @@ func TestHistoryDigest(t *testing.T) {
 		t.Fatal("changing the first history message left the request hash as it was")
 	}
 }
+
+// A model request's hash extends the digest of the turn's own messages
+// from the last request on; it is the hash of the whole request, as a
+// machine restored mid-turn (with nothing to extend) computes it.
+func TestRequestHashExtendsTheTurn(t *testing.T) {
+	s := newBenchScript()
+	m, err := New(baseConfig(), testStart())
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := 0
+	for {
+		var r Result
+		switch e := m.Next().(type) {
+		case *Progress, *Emit:
+			continue
+		case *Done:
+			if calls != benchIterations+1 {
+				t.Fatalf("%d model calls, want %d", calls, benchIterations+1)
+			}
+			return
+		case *SyncTools:
+			r = ToolsSynced{ID: e.H.ID, Tools: testTools}
+		case *LLMCall:
+			calls++
+			snap, err := m.Snapshot()
+			if err != nil {
+				t.Fatal(err)
+			}
+			restored, err := Restore(baseConfig(), snap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			whole := restored.Next().(*LLMCall)
+			if whole.H.Hash != e.H.Hash {
+				t.Fatalf("model call %d: hash %s, the whole request's %s", calls, e.H.Hash, whole.H.Hash)
+			}
+			r = LLMResult{ID: e.H.ID, Response: s.responses[e.H.Key.Iteration-1]}
+		case *ToolCalls:
+			r = ToolResults{ID: e.H.ID, Results: s.results[e.H.Key.Iteration-1]}
+		case *Checkpoint:
+			r = CheckpointResult{ID: e.H.ID}
+		default:
+			t.Fatalf("unexpected effect %s", effectSig(e))
+		}
+		if err := m.Deliver(r); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
