@@ -3,6 +3,7 @@ package lash
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -321,7 +322,11 @@ func renderRequest(e turn.Effect) string {
 		fmt.Fprintf(&b, "sampling: temperature=%v top_p=%v max_tokens=%d stop=%q\n", deref(s.Temperature), deref(s.TopP), s.MaxTokens, s.Stop)
 	}
 	for _, t := range req.Tools {
-		fmt.Fprintf(&b, "tool %s: %s\n  schema: %s\n", t.Name, t.Description, t.Schema)
+		// Every model answer's record carries this: a tool is one short
+		// line whatever its schema's size, which the digest stands for
+		// (the tools' sync record has them whole).
+		sum := sha256.Sum256([]byte(t.Description + "\x00" + t.Schema))
+		fmt.Fprintf(&b, "tool %s %x: %s\n", t.Name, sum[:6], clipLine(t.Description, 120))
 	}
 	const keep = 32
 	from := 0

@@ -1,6 +1,7 @@
 package lash
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -93,5 +94,27 @@ func TestInspectorJournal(t *testing.T) {
 	turns, err := NewInspector(second.Streams()).Turns(r.ctx, "s1")
 	if err != nil || len(turns) != 1 || !strings.HasPrefix(turns[0].Committer, "second/") || turns[0].Duration <= 0 {
 		t.Fatalf("turns %+v, %v", turns, err)
+	}
+}
+
+// Every model answer's record carries its request as lines: a tool there
+// is one short line whatever its schema's size, and a change of schema
+// still shows as a changed line.
+func TestRenderedToolsBounded(t *testing.T) {
+	big := `{"type":"object","description":"` + strings.Repeat("x", 200<<10) + `"}`
+	call := func(schema string) string {
+		var tools []turn.ToolSpec
+		for i := range 50 {
+			tools = append(tools, turn.ToolSpec{Name: fmt.Sprint("tool", i), Description: strings.Repeat("d", 4<<10), Schema: schema})
+		}
+		return renderRequest(&turn.LLMCall{Request: turn.ModelRequest{Model: "m", Tools: tools,
+			Messages: []turn.Message{{Role: turn.RoleUser, Text: "hi"}}}})
+	}
+	a, b := call(big), call(big+" ")
+	if len(a) > 50*200+200 {
+		t.Fatalf("50 tools rendered in %d bytes", len(a))
+	}
+	if d := lineDiff(a, b); strings.Count(d, "\n-") != 50 || strings.Count(d, "\n+") != 50 {
+		t.Fatalf("a schema change shows as %q", d[:min(len(d), 400)])
 	}
 }
