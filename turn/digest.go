@@ -3,8 +3,10 @@ package turn
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding"
 	"encoding/binary"
 	"fmt"
+	"hash"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -49,14 +51,9 @@ func (d Digest) Extend(msgs ...Message) Digest {
 func (m *Machine) llmRequestHash(req *ModelRequest) Hash {
 	st := &m.st
 	pre := len(req.Messages) - len(st.Messages)
-	head := *req
-	head.Messages = nil
+	h := m.headHash(req)
 	var buf bytes.Buffer
-	buf.WriteByte(byte(KindLLMCall))
 	enc := msgpack.NewEncoder(&buf)
-	if err := enc.Encode(&head); err != nil {
-		panic(fmt.Sprintf("turn: encoding %s request: %v", KindLLMCall, err))
-	}
 	if err := enc.Encode(req.Messages[:pre]); err != nil {
 		panic(fmt.Sprintf("turn: encoding %s request: %v", KindLLMCall, err))
 	}
@@ -70,5 +67,36 @@ func (m *Machine) llmRequestHash(req *ModelRequest) Hash {
 	rest = rest.Extend(own[from:]...)
 	m.own, m.ownN = rest, len(own)
 	buf.Write(rest[:])
-	return hashOf(buf.Bytes())
+	h.Write(buf.Bytes())
+	var sum Hash
+	h.Sum(sum[:0])
+	return sum
+}
+
+// headHash is a hash that has taken in the kind and the request without
+// its messages. The model and sampling are the machine's configuration and
+// the tools are synced once a turn, so the state after them is kept and
+// copied, not computed again for every call: tools' schemas can be large.
+func (m *Machine) headHash(req *ModelRequest) hash.Hash {
+	same := m.headState != nil && len(req.Tools) == len(m.headTools) && req.Model == m.headModel &&
+		(len(req.Tools) == 0 || &req.Tools[0] == &m.headTools[0])
+	if !same {
+		head := *req
+		head.Messages = nil
+		h := sha256.New()
+		h.Write([]byte{byte(KindLLMCall)})
+		if err := msgpack.NewEncoder(h).Encode(&head); err != nil {
+			panic(fmt.Sprintf("turn: encoding %s request: %v", KindLLMCall, err))
+		}
+		state, err := h.(encoding.BinaryMarshaler).MarshalBinary()
+		if err != nil {
+			panic(fmt.Sprintf("turn: keeping a hash's state: %v", err))
+		}
+		m.headState, m.headTools, m.headModel = state, req.Tools, req.Model
+	}
+	h := sha256.New()
+	if err := h.(encoding.BinaryUnmarshaler).UnmarshalBinary(m.headState); err != nil {
+		panic(fmt.Sprintf("turn: restoring a hash's state: %v", err))
+	}
+	return h
 }

@@ -118,6 +118,11 @@ type Machine struct {
 	// extends it by what came since, not by the whole turn again.
 	own  Digest
 	ownN int
+	// headState is a sha256 state after the kind and the request without
+	// messages (headHash), for headTools and headModel.
+	headState []byte
+	headTools []ToolSpec
+	headModel string
 }
 
 // New builds the machine for a fresh turn. The first Next yields SyncTools.

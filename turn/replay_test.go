@@ -2,6 +2,8 @@ package turn
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"reflect"
@@ -9,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // journalEntry is one answer as a journal records it: the head of the effect
@@ -444,7 +448,9 @@ func TestHistoryDigest(t *testing.T) {
 // machine restored mid-turn (with nothing to extend) computes it.
 func TestRequestHashExtendsTheTurn(t *testing.T) {
 	s := newBenchScript()
-	m, err := New(baseConfig(), testStart())
+	start := testStart()
+	start.History = []Message{{Role: RoleUser, Text: "earlier"}, {Role: RoleAssistant, Text: "done before"}}
+	m, err := New(baseConfig(), start)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -475,6 +481,9 @@ func TestRequestHashExtendsTheTurn(t *testing.T) {
 			if whole.H.Hash != e.H.Hash {
 				t.Fatalf("model call %d: hash %s, the whole request's %s", calls, e.H.Hash, whole.H.Hash)
 			}
+			if want := requestHashAnew(t, m, &e.Request); e.H.Hash != want {
+				t.Fatalf("model call %d: hash %s, computed in one go %s", calls, e.H.Hash, want)
+			}
 			r = LLMResult{ID: e.H.ID, Response: s.responses[e.H.Key.Iteration-1]}
 		case *ToolCalls:
 			r = ToolResults{ID: e.H.ID, Results: s.results[e.H.Key.Iteration-1]}
@@ -487,4 +496,27 @@ func TestRequestHashExtendsTheTurn(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// requestHashAnew is the model request's hash as RequestHashing 2 defines
+// it, computed in one buffer with nothing kept from earlier calls.
+func requestHashAnew(t *testing.T, m *Machine, req *ModelRequest) Hash {
+	st := &m.st
+	pre := len(req.Messages) - len(st.Messages)
+	head := *req
+	head.Messages = nil
+	var buf bytes.Buffer
+	buf.WriteByte(byte(KindLLMCall))
+	enc := msgpack.NewEncoder(&buf)
+	if err := enc.Encode(&head); err != nil {
+		t.Fatal(err)
+	}
+	if err := enc.Encode(req.Messages[:pre]); err != nil {
+		t.Fatal(err)
+	}
+	buf.Write(st.HistoryDigest[:])
+	buf.Write(binary.BigEndian.AppendUint64(nil, uint64(st.HistoryLen)))
+	rest := st.HistoryDigest.Extend(req.Messages[pre+st.HistoryLen:]...)
+	buf.Write(rest[:])
+	return sha256.Sum256(buf.Bytes())
 }
