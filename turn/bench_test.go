@@ -46,6 +46,12 @@ func (s *benchScript) run(tb testing.TB, stopAt int) *Machine {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	return s.drive(tb, m, stopAt, nil)
+}
+
+// drive answers m's effects from the script, calling onCall (when set)
+// with each model call before it is answered.
+func (s *benchScript) drive(tb testing.TB, m *Machine, stopAt int, onCall func(*LLMCall)) *Machine {
 	for {
 		var r Result
 		switch e := m.Next().(type) {
@@ -62,6 +68,9 @@ func (s *benchScript) run(tb testing.TB, stopAt int) *Machine {
 			it := e.H.Key.Iteration
 			if it == stopAt {
 				return m
+			}
+			if onCall != nil {
+				onCall(e)
 			}
 			r = LLMResult{ID: e.H.ID, Response: s.responses[it-1]}
 		case *ToolCalls:

@@ -447,7 +447,6 @@ func TestHistoryDigest(t *testing.T) {
 // from the last request on; it is the hash of the whole request, as a
 // machine restored mid-turn (with nothing to extend) computes it.
 func TestRequestHashExtendsTheTurn(t *testing.T) {
-	s := newBenchScript()
 	start := testStart()
 	start.History = []Message{{Role: RoleUser, Text: "earlier"}, {Role: RoleAssistant, Text: "done before"}}
 	m, err := New(baseConfig(), start)
@@ -455,46 +454,25 @@ func TestRequestHashExtendsTheTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	calls := 0
-	for {
-		var r Result
-		switch e := m.Next().(type) {
-		case *Progress, *Emit:
-			continue
-		case *Done:
-			if calls != benchIterations+1 {
-				t.Fatalf("%d model calls, want %d", calls, benchIterations+1)
-			}
-			return
-		case *SyncTools:
-			r = ToolsSynced{ID: e.H.ID, Tools: testTools}
-		case *LLMCall:
-			calls++
-			snap, err := m.Snapshot()
-			if err != nil {
-				t.Fatal(err)
-			}
-			restored, err := Restore(baseConfig(), snap)
-			if err != nil {
-				t.Fatal(err)
-			}
-			whole := restored.Next().(*LLMCall)
-			if whole.H.Hash != e.H.Hash {
-				t.Fatalf("model call %d: hash %s, the whole request's %s", calls, e.H.Hash, whole.H.Hash)
-			}
-			if want := requestHashAnew(t, m, &e.Request); e.H.Hash != want {
-				t.Fatalf("model call %d: hash %s, computed in one go %s", calls, e.H.Hash, want)
-			}
-			r = LLMResult{ID: e.H.ID, Response: s.responses[e.H.Key.Iteration-1]}
-		case *ToolCalls:
-			r = ToolResults{ID: e.H.ID, Results: s.results[e.H.Key.Iteration-1]}
-		case *Checkpoint:
-			r = CheckpointResult{ID: e.H.ID}
-		default:
-			t.Fatalf("unexpected effect %s", effectSig(e))
-		}
-		if err := m.Deliver(r); err != nil {
+	newBenchScript().drive(t, m, 0, func(e *LLMCall) {
+		calls++
+		snap, err := m.Snapshot()
+		if err != nil {
 			t.Fatal(err)
 		}
+		restored, err := Restore(baseConfig(), snap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if whole := restored.Next().(*LLMCall); whole.H.Hash != e.H.Hash {
+			t.Fatalf("model call %d: hash %s, the whole request's %s", calls, e.H.Hash, whole.H.Hash)
+		}
+		if want := requestHashAnew(t, m, &e.Request); e.H.Hash != want {
+			t.Fatalf("model call %d: hash %s, computed in one go %s", calls, e.H.Hash, want)
+		}
+	})
+	if calls != benchIterations+1 {
+		t.Fatalf("%d model calls, want %d", calls, benchIterations+1)
 	}
 }
 
