@@ -74,8 +74,9 @@ func (d *drive) lookup(key turn.ReplayKey, hash turn.Hash) (*effectlog.Record, e
 // caller read it already.
 func (d *drive) run(ctx context.Context, st *state, in Input, recs []*effectlog.Record) (turn.Outcome, error) {
 	n := d.s.n
+	frame := st.framed()
 	m, err := turn.New(n.opts.machine, turn.Start{Session: d.s.id, Turn: d.turn,
-		History: st.history, HistoryDigest: &st.digest, Suspended: st.suspended, Input: in.toTurn()})
+		History: frame[1:], Frame: frame, HistoryDigest: &st.digest, Suspended: st.suspended, Input: in.toTurn()})
 	if err != nil {
 		return turn.Outcome{}, terminal(FailInvalidResult, err)
 	}

@@ -153,15 +153,18 @@ func (s *Session) Transcript(ctx context.Context) ([]turn.Message, error) {
 	if err != nil {
 		return nil, err
 	}
-	return st.history, nil
+	return st.history[:len(st.history):len(st.history)], nil
 }
 
 // state is a session as its committed log leaves it.
 type state struct {
-	id        string
-	rev       uint64 // the last revision read (the head a fence names)
-	newest    uint64 // the newest fencing token among the entries read
-	history   []turn.Message
+	id      string
+	rev     uint64 // the last revision read (the head a fence names)
+	newest  uint64 // the newest fencing token among the entries read
+	history []turn.Message
+	// frame is the array history lives in, from one element before it
+	// (turn.Start.Frame), while it does.
+	frame     []turn.Message
 	digest    turn.Digest // of history
 	suspended []turn.SuspendedCall
 	cursor    uint64
@@ -171,11 +174,16 @@ type state struct {
 	lastSettings []byte
 	// since counts the entries folded since the last snapshot.
 	since int
-	// size is about what history takes in memory.
+	// size is about what history (and its encoding for snapshots) takes
+	// in memory.
 	size  int64
 	usage turn.Usage
 	// keys are the idempotency keys of every input consumed, forever.
 	keys map[string]keyUse
+	// enc is what the last snapshot encoded, and newKeys the keys
+	// remembered since (kept only once there is an enc).
+	enc     *snapEncoding
+	newKeys []keySnapshot
 	// attempts counts fences since the last commit or consume: runs that
 	// began the next turn and did not finish it.
 	attempts int
@@ -318,7 +326,7 @@ func (st *state) committed(seq, token uint64, settings []byte, b *sessionlog.Tur
 		return
 	}
 	st.turns++
-	st.history = append(st.history, b.Outcome.Messages...)
+	st.extend(b.Outcome.Messages)
 	st.size += messageBytes(b.Outcome.Messages)
 	st.digest = st.digest.Extend(b.Outcome.Messages...)
 	st.suspended = b.Outcome.Suspended
@@ -349,6 +357,9 @@ func (st *state) remember(uses []sessionlog.InputUse) {
 		}
 		if _, ok := st.keys[u.Key]; !ok {
 			st.keys[u.Key] = keyUse{seq: u.Seq, hash: u.Hash}
+			if st.enc != nil {
+				st.newKeys = append(st.newKeys, keySnapshot{Key: u.Key, Seq: u.Seq, Hash: u.Hash})
+			}
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package lash
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -22,8 +23,9 @@ const snapshotEvery = 64
 // snapshot is left for a later commit.
 const maxSnapshotWrites = 4
 
-// stateSnapshot is a state as a snapshot holds it: no maps, so it encodes
-// the same way every time.
+// stateSnapshot is a state as a snapshot holds it: no maps. A snapshot is
+// written as snapshotOut and read as stateSnapshot: the same fields, with
+// the history and the keys already encoded.
 type stateSnapshot struct {
 	Rev       uint64               `msgpack:"rev"`
 	Newest    uint64               `msgpack:"new"`
@@ -38,28 +40,100 @@ type stateSnapshot struct {
 	Settings  []byte               `msgpack:"set,omitempty"`
 }
 
+type snapshotOut struct {
+	Rev       uint64               `msgpack:"rev"`
+	Newest    uint64               `msgpack:"new"`
+	History   msgpack.RawMessage   `msgpack:"hist"`
+	Digest    turn.Digest          `msgpack:"dig"`
+	Suspended []turn.SuspendedCall `msgpack:"susp"`
+	Cursor    uint64               `msgpack:"cur"`
+	Turns     int                  `msgpack:"turns"`
+	Usage     turn.Usage           `msgpack:"use"`
+	Keys      msgpack.RawMessage   `msgpack:"keys"`
+	Attempts  int                  `msgpack:"att"`
+	Settings  []byte               `msgpack:"set,omitempty"`
+	// msgs and keys count the elements of History and Keys.
+	msgs, keys int
+}
+
 type keySnapshot struct {
 	Key  string   `msgpack:"k"`
 	Seq  uint64   `msgpack:"s"`
 	Hash [32]byte `msgpack:"h"`
 }
 
-// takeState is what a snapshot of st holds. It shares st's slices: the
-// history is only appended to, and the others are replaced, never changed
-// in place, so a later turn leaves the snapshot as it was.
-func takeState(st *state) *stateSnapshot {
-	ss := &stateSnapshot{Rev: st.rev, Newest: st.newest, History: st.history[:len(st.history):len(st.history)], Digest: st.digest,
-		Suspended: st.suspended, Cursor: st.cursor, Turns: st.turns, Usage: st.usage, Attempts: st.attempts, Settings: st.lastSettings}
-	ss.Keys = make([]keySnapshot, 0, len(st.keys))
-	for k, u := range st.keys {
-		ss.Keys = append(ss.Keys, keySnapshot{Key: k, Seq: u.seq, Hash: u.hash})
-	}
-	return ss
+// snapEncoding is what a session's snapshots repeat, encoded once: the
+// first n messages of the history and the first nkeys input keys, each
+// element after the other, without the array's header. Both only grow, so
+// a snapshot encodes what came since the last one and copies the rest,
+// instead of encoding a history however long again.
+type snapEncoding struct {
+	n, nkeys   int
+	hist, keys []byte
 }
 
-func (ss *stateSnapshot) encode() ([]byte, error) {
-	slices.SortFunc(ss.Keys, func(a, b keySnapshot) int { return strings.Compare(a.Key, b.Key) })
-	return msgpack.Marshal(ss)
+// takeState is what a snapshot of st holds, with the history and keys
+// encoded up to now (what is new since st's last snapshot is encoded here,
+// the rest was before). It shares st's slices: the encodings and the
+// history are only appended to, and the others are replaced, never
+// changed in place, so a later turn leaves the snapshot as it was.
+func takeState(st *state) (*snapshotOut, error) {
+	enc, added := st.enc, st.newKeys
+	if enc == nil {
+		// The first snapshot since the state was made: every key, in an
+		// order that does not depend on the map's.
+		enc = &snapEncoding{}
+		added = make([]keySnapshot, 0, len(st.keys))
+		for k, u := range st.keys {
+			added = append(added, keySnapshot{Key: k, Seq: u.seq, Hash: u.hash})
+		}
+		slices.SortFunc(added, func(a, b keySnapshot) int { return strings.Compare(a.Key, b.Key) })
+	}
+	hist, err := appendEncoded(enc.hist, st.history[enc.n:])
+	if err != nil {
+		return nil, err
+	}
+	keys, err := appendEncoded(enc.keys, added)
+	if err != nil {
+		return nil, err
+	}
+	st.size += int64(len(hist) - len(enc.hist) + len(keys) - len(enc.keys))
+	st.enc = &snapEncoding{n: len(st.history), nkeys: enc.nkeys + len(added), hist: hist, keys: keys}
+	st.newKeys = nil
+	return &snapshotOut{Rev: st.rev, Newest: st.newest, History: hist[:len(hist):len(hist)], Digest: st.digest,
+		Suspended: st.suspended, Cursor: st.cursor, Turns: st.turns, Usage: st.usage,
+		Keys: keys[:len(keys):len(keys)], Attempts: st.attempts, Settings: st.lastSettings,
+		msgs: st.enc.n, keys: st.enc.nkeys}, nil
+}
+
+// appendEncoded appends the msgpack encoding of each of vs to b.
+func appendEncoded[T any](b []byte, vs []T) ([]byte, error) {
+	if len(vs) == 0 {
+		return b, nil
+	}
+	w := bytes.NewBuffer(b)
+	enc := msgpack.NewEncoder(w)
+	for i := range vs {
+		if err := enc.Encode(&vs[i]); err != nil {
+			return b, err
+		}
+	}
+	return w.Bytes(), nil
+}
+
+// encode writes the snapshot, with the arrays' headers before the
+// elements encoded in takeState. The copy of the elements costs in
+// proportion to the history, and runs beside the session's next turn.
+func (ss *snapshotOut) encode() ([]byte, error) {
+	out := *ss
+	out.History, out.Keys = withArrayHeader(ss.History, ss.msgs), withArrayHeader(ss.Keys, ss.keys)
+	return msgpack.Marshal(&out)
+}
+
+func withArrayHeader(elems []byte, n int) msgpack.RawMessage {
+	var head bytes.Buffer
+	_ = msgpack.NewEncoder(&head).EncodeArrayLen(n) // a bytes.Buffer takes every write
+	return append(head.Bytes(), elems...)
 }
 
 func decodeState(id string, data []byte) (*state, error) {
@@ -114,9 +188,12 @@ func (s *Session) snapshot(st *state) {
 	default:
 		return // enough in flight: a later commit writes it
 	}
-	// Encoding costs in proportion to the history: it runs beside the
-	// session's next turn, not before it.
-	ss := takeState(st)
+	ss, err := takeState(st)
+	if err != nil {
+		<-n.snapshots
+		n.opts.logger.Warn("session snapshot not encoded", "session", s.id, "err", err)
+		return
+	}
 	st.since = 0
 	n.snapWrites.Add(1)
 	go func() {

@@ -90,3 +90,37 @@ func messageBytes(ms []turn.Message) int64 {
 	}
 	return n
 }
+
+// framed returns st's history as turn.Start.Frame wants it: with a free
+// element before it and room after it. It moves the history there when it
+// is not (a state read from a snapshot, say); then the history's appends
+// keep it there.
+func (st *state) framed() []turn.Message {
+	n := len(st.history)
+	if !st.inFrame(n) {
+		st.reframe(n)
+	}
+	return st.frame[:1+n]
+}
+
+// extend appends msgs to the history, in its frame.
+func (st *state) extend(msgs []turn.Message) {
+	if n := len(st.history) + len(msgs); !st.inFrame(n) {
+		st.reframe(n)
+	}
+	st.history = append(st.history, msgs...)
+}
+
+// inFrame reports whether the history lives in its frame, with room for n
+// messages.
+func (st *state) inFrame(n int) bool {
+	return cap(st.frame) >= 1+n && (len(st.history) == 0 || &st.frame[1:cap(st.frame)][0] == &st.history[0])
+}
+
+// reframe moves the history into a new frame with room for n messages and
+// a turn's worth more.
+func (st *state) reframe(n int) {
+	f := make([]turn.Message, 1+len(st.history), 1+n+16+n/4)
+	copy(f[1:], st.history)
+	st.frame, st.history = f, f[1:]
+}

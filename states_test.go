@@ -1,6 +1,7 @@
 package lash
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/lash-run/lash/leases"
+	"github.com/lash-run/lash/sessionlog"
+	"github.com/lash-run/lash/turn"
 )
 
 // kept returns the state node n keeps for session id, and puts it back.
@@ -39,6 +42,12 @@ func sameAsFold(t *testing.T, n *Node, s *Session) {
 	fresh := foldAll(t, s)
 	got := *kept(t, n, s.id)
 	got.since, fresh.since = 0, 0 // entries since a snapshot: which one each started from
+	// What the last snapshot encoded is kept for the next one only.
+	if got.enc != nil {
+		got.size -= int64(len(got.enc.hist) + len(got.enc.keys))
+	}
+	got.enc, got.newKeys = nil, nil
+	got.frame, fresh.frame = nil, nil // where the history lives
 	if !reflect.DeepEqual(&got, fresh) {
 		t.Fatalf("kept state of %s differs from a fresh fold of its log:\nkept  %+v\nfresh %+v", s.id, got, fresh)
 	}
@@ -301,4 +310,66 @@ func (c *states) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.lru.Len()
+}
+
+// A snapshot encodes what is new since the session's last one and copies
+// the rest: each snapshot decodes to the state it was taken from, and the
+// second one's encoding starts with the first one's.
+func TestSnapshotEncodesWhatIsNew(t *testing.T) {
+	st := newState("s1")
+	rev := uint64(0)
+	commit := func(i int) {
+		rev += 2
+		in := sessionlog.InputUse{Seq: rev - 1, Key: fmt.Sprintf("key-%03d", 100-i), Hash: [32]byte{byte(i)}}
+		st.committed(rev, 1, nil, &sessionlog.TurnBody{InputCursor: rev - 1, Inputs: []sessionlog.InputUse{in},
+			Outcome: turn.Outcome{Messages: []turn.Message{{Role: turn.RoleUser, Text: fmt.Sprint("question ", i)},
+				{Role: turn.RoleAssistant, Text: "answer", ToolCalls: []turn.ToolCall{{ID: "c", Name: "echo", Arguments: "{}"}}}}}})
+	}
+	check := func(ss *snapshotOut) {
+		t.Helper()
+		data, err := ss.encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := decodeState("s1", data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got.history, st.history) || !reflect.DeepEqual(got.keys, st.keys) || got.rev != st.rev || got.cursor != st.cursor {
+			t.Fatalf("snapshot decodes to %d messages and %d keys at %d; the state has %d and %d at %d",
+				len(got.history), len(got.keys), got.rev, len(st.history), len(st.keys), st.rev)
+		}
+	}
+	for i := range 20 {
+		commit(i)
+	}
+	first, err := takeState(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(first)
+	for i := 20; i < 50; i++ {
+		commit(i)
+	}
+	if len(st.newKeys) != 30 {
+		t.Fatalf("%d keys remembered since the snapshot, want 30", len(st.newKeys))
+	}
+	second, err := takeState(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(second)
+	if !bytes.HasPrefix(second.History, first.History) || !bytes.HasPrefix(second.Keys, first.Keys) ||
+		len(second.History) == len(first.History) || st.newKeys != nil {
+		t.Fatal("the second snapshot encoded its history or keys anew")
+	}
+	// The first snapshot, still being written say, is as it was.
+	data, err := first.encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	was, err := decodeState("s1", data)
+	if err != nil || !reflect.DeepEqual(was.history, st.history[:40]) || len(was.keys) != 20 {
+		t.Fatalf("the first snapshot changed: %v", err)
+	}
 }

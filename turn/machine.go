@@ -138,7 +138,12 @@ func New(cfg Config, s Start) (*Machine, error) {
 	st.Session, st.Turn = s.Session, s.Turn
 	st.NextID = 1
 	st.Status = StatusRunning
-	m.layout(s.History)
+	if f := s.Frame; len(f) == 1+len(s.History) && (len(s.History) == 0 || &f[1] == &s.History[0]) {
+		f[0] = Message{Role: RoleSystem, Text: m.cfg.System}
+		m.buf, st.Messages = f, f[1:]
+	} else {
+		m.layout(s.History)
+	}
 	st.HistoryLen = len(s.History)
 	if s.HistoryDigest != nil {
 		st.HistoryDigest = *s.HistoryDigest

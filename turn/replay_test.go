@@ -498,3 +498,49 @@ func requestHashAnew(t *testing.T, m *Machine, req *ModelRequest) Hash {
 	buf.Write(rest[:])
 	return sha256.Sum256(buf.Bytes())
 }
+
+// A machine given a frame lays its requests out in it, without a copy of
+// the history, and asks for the same effects as one that copies: same
+// requests, same hashes, same outcome; the history is left as it was.
+func TestFrameHoldsTheRequests(t *testing.T) {
+	history := []Message{{Role: RoleUser, Text: "earlier"}, {Role: RoleAssistant, Text: "done before"}}
+	frame := make([]Message, 1+len(history), 64)
+	copy(frame[1:], history)
+	framed, copied := testStart(), testStart()
+	framed.History, framed.Frame = frame[1:], frame
+	copied.History = slices.Clone(history)
+	var hashes []Hash
+	run := func(s Start, onCall func(*LLMCall)) *Machine {
+		m, err := New(baseConfig(), s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newBenchScript().drive(t, m, 0, onCall)
+	}
+	a := run(framed, func(e *LLMCall) {
+		hashes = append(hashes, e.H.Hash)
+		if msgs := e.Request.Messages; &msgs[0] != &frame[0] || &msgs[1] != &framed.History[0] {
+			t.Fatal("the request is not laid out in the frame")
+		}
+	})
+	i := 0
+	b := run(copied, func(e *LLMCall) {
+		if e.H.Hash != hashes[i] {
+			t.Fatalf("model call %d: hash %s with a frame, %s without", i+1, hashes[i], e.H.Hash)
+		}
+		i++
+	})
+	if !reflect.DeepEqual(a.st.Messages, b.st.Messages) || i != len(hashes) || !reflect.DeepEqual(framed.History, history) {
+		t.Fatal("a turn with a frame differs from one without, or changed its history")
+	}
+	// Anything else is no frame: a frame that is not the history's array.
+	other := testStart()
+	other.History, other.Frame = slices.Clone(history), frame
+	m, err := New(baseConfig(), other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &m.buf[0] == &frame[0] {
+		t.Fatal("a frame around another array was used")
+	}
+}

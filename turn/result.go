@@ -178,6 +178,14 @@ type Start struct {
 	// driver that keeps it along spares the machine hashing the whole
 	// history at every turn. Nil computes it.
 	HistoryDigest *Digest
-	Suspended     []SuspendedCall
-	Input         Input
+	// Frame, when set, is History with one free element before it:
+	// Frame[1:] is History, in the same array, and Frame's capacity past
+	// it is room. The machine then lays its model requests out in that
+	// array (the system prompt in Frame[0], the turn's messages after
+	// History) instead of copying a history however long at every turn.
+	// The caller leaves Frame[0] and the room to the machine while it
+	// runs; History's elements are only read. Any other Frame is ignored.
+	Frame     []Message
+	Suspended []SuspendedCall
+	Input     Input
 }
