@@ -148,3 +148,66 @@ func counted(t *testing.T, direct, api *atomic.Int64, wantDirect, wantAPI int64)
 		t.Fatalf("reads: %d direct, %d through the API; want %d and %d", direct.Load(), api.Load(), wantDirect, wantAPI)
 	}
 }
+
+// A client bound while the session stream allowed direct gets keeps
+// reading after an operator turns them off: nobody answers the direct get,
+// the stream's info says why, and that read and every later one go
+// through the API (one info request in all).
+func TestDirectGetsTurnedOffWhileBound(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.RunJetStream(t)
+	nc := srv.Conn(t)
+	spy := srv.Conn(t)
+	// The spy listens to the API's subjects only: on the direct get
+	// subject it would answer for the stream.
+	var gets, infos atomic.Int64
+	for subj, n := range map[string]*atomic.Int64{"$JS.API.STREAM.MSG.GET.OFF_SESSIONS": &gets, "$JS.API.STREAM.INFO.OFF_SESSIONS": &infos} {
+		if _, err := spy.Subscribe(subj, func(*nats.Msg) { n.Add(1) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := spy.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := streams.Open(ctx, nc, streams.Config{Prefix: "off"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj, _ := c.Subjects().SessionInputs("s")
+	if _, err := nc.Request(subj, []byte("hi"), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	read := func() {
+		t.Helper()
+		if m, err := c.NextOnSubject(ctx, subj, 1); err != nil || string(m.Data) != "hi" {
+			t.Fatalf("read %v, %v", m, err)
+		}
+		if h, err := c.Head(ctx, subj); err != nil || string(h.Data) != "hi" {
+			t.Fatalf("head %v, %v", h, err)
+		}
+	}
+	read()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, c.Config().StreamName(streams.Sessions))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := infos.Load()
+	cfg := st.CachedInfo().Config
+	cfg.AllowDirect = false
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	read()
+	read()
+	deadline := time.Now().Add(5 * time.Second)
+	for gets.Load() < 4 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if gets.Load() != 4 || infos.Load()-before != 1 {
+		t.Fatalf("after direct gets went off: %d API gets, %d info requests; want 4 and 1", gets.Load(), infos.Load()-before)
+	}
+}

@@ -17,7 +17,12 @@ import (
 // last one when last is set. The request and the answer are read and
 // written here: a direct get is hot (every checkpoint makes two), and the
 // library's general path encodes the request as JSON by reflection.
-func (c *Client) directGet(ctx context.Context, stream, subject string, seq uint64, last bool) (*Msg, error) {
+//
+// When nobody answers, the stream may be starting (the read is tried
+// again) or an operator turned its direct gets off since this client bound
+// it: the stream's info, read again, says which, and in the second case
+// directGet returns errDirectOff and every later read goes through the API.
+func (c *Client) directGet(ctx context.Context, st jetstream.Stream, stream, subject string, seq uint64, last bool) (*Msg, error) {
 	if !plainSubject(subject) {
 		return nil, fmt.Errorf("streams: read %s: not a subject lash makes", subject)
 	}
@@ -33,8 +38,16 @@ func (c *Client) directGet(ctx context.Context, stream, subject string, seq uint
 	var reply *nats.Msg
 	err := retryRead(ctx, func() (err error) {
 		reply, err = c.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+stream, body)
+		if errors.Is(err, nats.ErrNoResponders) {
+			if info, ierr := st.Info(ctx); ierr == nil && !info.Config.AllowDirect {
+				return errDirectOff
+			}
+		}
 		return err
 	})
+	if errors.Is(err, errDirectOff) {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("streams: read %s: %w", subject, err)
 	}
@@ -68,7 +81,10 @@ func directAnswer(r *nats.Msg, subject string) (*Msg, error) {
 	return &Msg{Subject: subj, Seq: seq, Header: r.Header, Data: r.Data, Time: at}, nil
 }
 
-var errBadAnswer = errors.New("unreadable direct get answer")
+var (
+	errBadAnswer = errors.New("unreadable direct get answer")
+	errDirectOff = errors.New("the stream's direct gets are off")
+)
 
 // plainSubject: subject needs no escaping inside a JSON string. Subjects
 // lash makes hold tokens of letters, digits, '_', '-', '=' and wildcards.

@@ -73,6 +73,8 @@
 // Reads that decide a write (the message after a conflict) go to the stream
 // leader: the streams do not allow direct gets, which followers may answer
 // from behind, except SESSIONS on a single server, the leader itself, where
-// its reads are direct gets (ADR 0033). Every call takes a context; calls
+// its reads are direct gets (ADR 0033; when an operator turns them off,
+// the client finds out at its next read and reads through the API from
+// then on). Every call takes a context; calls
 // without a deadline get DefaultTimeout.
 package streams

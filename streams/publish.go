@@ -203,7 +203,9 @@ func (c *Client) Head(ctx context.Context, subject string) (*Msg, error) {
 		return nil, err
 	}
 	if name, ok := direct(st); ok {
-		return c.directGet(ctx, name, subject, 0, true)
+		if m, err := c.directGet(ctx, st, name, subject, 0, true); !errors.Is(err, errDirectOff) {
+			return m, err
+		}
 	}
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
@@ -223,7 +225,9 @@ func (c *Client) NextOnSubject(ctx context.Context, subject string, seq uint64) 
 		return nil, err
 	}
 	if name, ok := direct(st); ok {
-		return c.directGet(ctx, name, subject, seq, false)
+		if m, err := c.directGet(ctx, st, name, subject, seq, false); !errors.Is(err, errDirectOff) {
+			return m, err
+		}
 	}
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
