@@ -22,7 +22,10 @@ const (
 )
 
 // Latency times n inputs from Send until their turn's commit on a node
-// that serves one session, against the raw round trips the turn needs.
+// that serves one session, against the raw round trips the turn needs:
+// the sum of each one's median timed alone (the ratio), and the same done
+// one after another (the note's "raw sequence", rawSeq), timed between the
+// turns.
 func Latency(ctx context.Context, e *Env, f Floor, n int) (Result, error) {
 	commits := make(chan struct{}, 1)
 	node, nc, err := e.node("latency", loopScript(0), lash.WithObserver(func(ev lash.Event) {
@@ -41,7 +44,11 @@ func Latency(ctx context.Context, e *Env, f Floor, n int) (Result, error) {
 	defer func() { stop(); <-served }()
 	s := node.Session("latency")
 	took := make([]time.Duration, 0, n)
-	var cas []time.Duration
+	var cas, seq []time.Duration
+	raw, err := e.newRawSeq(ctx)
+	if err != nil {
+		return Result{}, err
+	}
 	var sent uint64
 	for i := range n + 5 { // five to warm up
 		if i == 5 {
@@ -63,6 +70,11 @@ func Latency(ctx context.Context, e *Env, f Floor, n int) (Result, error) {
 				return Result{}, err
 			}
 			cas = append(cas, more...)
+			d, err := raw.turn(ctx)
+			if err != nil {
+				return Result{}, err
+			}
+			seq = append(seq, d)
 		}
 	}
 	// What the node sent per turn (the last release may come after).
@@ -70,12 +82,13 @@ func Latency(ctx context.Context, e *Env, f Floor, n int) (Result, error) {
 	floor := f.Hop + turnWrites*median(cas) + turnReads*f.Read
 	got := median(took)
 	return Result{Name: "input to commit, 3-effect turn (" + e.Mode() + ")", Value: ms(got), Unit: "ms", Floor: ms(floor),
-		Ratio: float64(got) / float64(floor), Note: fmt.Sprintf("floor: hop + %d CAS + %d reads; %.1f messages from the node per turn", turnWrites, turnReads, perTurn)}, nil
+		Ratio: float64(got) / float64(floor), Note: fmt.Sprintf("floor: hop + %d CAS + %d reads; %.1f messages from the node per turn; raw sequence %.3f ms, %.2fx", turnWrites, turnReads, perTurn, ms(median(seq)), float64(got)/float64(median(seq)))}, nil
 }
 
 // EffectCost is what one more effect adds to a turn: turns of 8 tool
 // rounds against turns of none, per effect they add, against a raw CAS
-// publish timed between the turns.
+// publish timed between the turns (the ratio), and against the round trips
+// of a tool round done raw, per effect (the note's "raw tool round").
 func EffectCost(ctx context.Context, e *Env, n int) (Result, error) {
 	const rounds = 8
 	node, nc, err := e.node("effects", loopScript(rounds))
@@ -102,8 +115,12 @@ func EffectCost(ctx context.Context, e *Env, n int) (Result, error) {
 		}
 		return time.Since(start), 3 + 3*calls, nil
 	}
-	var short, long, cas []time.Duration
+	var short, long, cas, rawRounds []time.Duration
 	var shortFx, longFx int
+	raw, err := e.newRawSeq(ctx)
+	if err != nil {
+		return Result{}, err
+	}
 	for i := range n + 3 {
 		a, fa, err := turn(i, "none")
 		if err != nil {
@@ -120,6 +137,13 @@ func EffectCost(ctx context.Context, e *Env, n int) (Result, error) {
 				return Result{}, err
 			}
 			cas = append(cas, more...)
+			for range 2 {
+				d, err := raw.round(ctx)
+				if err != nil {
+					return Result{}, err
+				}
+				rawRounds = append(rawRounds, d)
+			}
 		}
 		shortFx, longFx = fa, fb
 	}
@@ -129,7 +153,8 @@ func EffectCost(ctx context.Context, e *Env, n int) (Result, error) {
 	per := (median(long) - median(short)) / time.Duration(longFx-shortFx)
 	floor := median(cas)
 	return Result{Name: "effect cost (" + e.Mode() + ")", Value: ms(per), Unit: "ms", Floor: ms(floor), Ratio: float64(per) / float64(floor),
-		Note: fmt.Sprintf("(turn of %d effects - turn of %d) / %d; floor: one CAS publish", longFx, shortFx, longFx-shortFx)}, nil
+		Note: fmt.Sprintf("(turn of %d effects - turn of %d) / %d; floor: one CAS publish; a raw tool round per effect %.3f ms, %.2fx",
+			longFx, shortFx, longFx-shortFx, ms(median(rawRounds)/3), float64(per)/float64(median(rawRounds)/3))}, nil
 }
 
 // Throughput runs turns on that many sessions at once, each sending its
