@@ -169,13 +169,17 @@ func TestLargePayloadsSurviveKill(t *testing.T) {
 	d := newDeployment(t)
 	const chunk = 512 << 10
 	answer := strings.Repeat("the long answer ", 2<<20/16)
+	// Over the 3 MiB ceiling below. The model server streams a chunk a
+	// word: long words keep it to thousands of chunks, not a million, which
+	// under the race detector take longer than the wait for the turn.
+	huge := strings.Repeat(strings.Repeat("h", 1023)+" ", 4<<10)
 	var calls strings.Builder
 	for i := range 10 {
 		fmt.Fprintf(&calls, "  call blob {\"n\":%d}\n", i)
 	}
 	script := "rule fetch\n  when user contains fetch\n  when tools = 0\n" + calls.String() +
 		"\nrule park\n  when user contains fetch\n  when tools = 10\n  say " + answer + "\n  call wait_for_approval {\"request\":\"done?\"}\n" +
-		"\nrule huge\n  when user contains huge\n  say " + answer + answer + "\n\ndefault\n  say ok\n"
+		"\nrule huge\n  when user contains huge\n  say " + huge + "\n\ndefault\n  say ok\n"
 	models := testenv.RunModelServer(t, scripted.MustParse(script))
 	var runs atomic.Int32
 	srv, err := natstool.Serve(d.nc, "lash", micro.Config{Name: "blobs", Version: "1.0.0"}, natstool.Served{
