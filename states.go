@@ -17,8 +17,10 @@ const (
 
 // WithStateCache sets how many sessions' folded states a node keeps in
 // memory (DefaultStateCache; 0 keeps none) and about how many bytes of
-// conversation they may hold in all (DefaultStateBytes). A kept session
-// runs without reading its log unless another node wrote to it since.
+// conversation they may hold in all (DefaultStateBytes; a state that wrote
+// a snapshot counts the encoding it keeps for the next one too). A kept
+// session runs without reading its log unless another node wrote to it
+// since.
 func WithStateCache(sessions int, bytes int64) Option {
 	return func(o *options) { o.stateCache, o.stateBytes = &sessions, bytes }
 }
