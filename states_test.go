@@ -373,3 +373,32 @@ func TestSnapshotEncodesWhatIsNew(t *testing.T) {
 		t.Fatalf("the first snapshot changed: %v", err)
 	}
 }
+
+// A session's history stays in its frame as turns append to it: the frame
+// moves a few times as the history grows, not at every turn, and always
+// holds the history right after its free element.
+func TestHistoryStaysFramed(t *testing.T) {
+	st := newState("s1")
+	moves := 0
+	var last *turn.Message
+	for i := range 1000 {
+		st.extend([]turn.Message{{Role: turn.RoleUser, Text: fmt.Sprint(i)}, {Role: turn.RoleAssistant, Text: "ok"}})
+		f := st.framed()
+		if len(f) != 1+len(st.history) || &f[1] != &st.history[0] {
+			t.Fatalf("turn %d: the frame does not hold the history", i)
+		}
+		if &f[0] != last {
+			moves++
+			last = &f[0]
+		}
+	}
+	if moves > 30 {
+		t.Fatalf("the history moved %d times in 1000 turns", moves)
+	}
+	// A history read from a snapshot moves into a frame once.
+	st = newState("s2")
+	st.history = []turn.Message{{Role: turn.RoleUser, Text: "hi"}}
+	if f := st.framed(); &f[1] != &st.history[0] || cap(f) <= len(f) {
+		t.Fatal("a history without a frame was not framed with room")
+	}
+}
