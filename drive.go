@@ -202,7 +202,7 @@ func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) 
 	a.Took = time.Since(began)
 	a.Request = renderRequest(e)
 	if answersNext(a) {
-		a.Next = d.peek(ctx)
+		a.Next = d.peek(ctx, false)
 	}
 	max := n.client.Config().MaxPayloadBytes
 	data, err := encodeRecord(a, max)
@@ -258,13 +258,25 @@ func (d *drive) intended(id turn.EffectID, rec *effectlog.Record, own bool) {
 
 // peek reads what the checkpoint after the effect being answered would
 // find, for that effect's record to carry. Without it (the read failed)
-// the checkpoint reads and records on its own.
-func (d *drive) peek(ctx context.Context) *answer {
+// the checkpoint reads and records on its own. Between tool rounds it does
+// not read when nothing was published on the session's input subjects
+// since its last read began (the hints of interrupt): the read would find
+// nothing new. A hint that comes late defers its input to a later
+// checkpoint: the one after the model's final answer always reads, and the
+// read after the commit finds what is left (ADR 0017).
+func (d *drive) peek(ctx context.Context, betweenRounds bool) *answer {
+	if betweenRounds && !d.interrupt.arrivalsSince() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return &answer{Cursor: d.cursor}
+	}
+	seen := d.interrupt.arrivals.Load()
 	began := time.Now()
 	a, err := d.arrived(ctx, false)
 	if err != nil {
 		return nil
 	}
+	d.interrupt.read.Store(seen)
 	a.Took = time.Since(began)
 	return a
 }
@@ -655,7 +667,7 @@ func (d *drive) toolCall(ctx, ectx context.Context, pc turn.PendingCall, cause i
 	}
 	a := &answer{Result: &res, Took: took, Request: renderCall(pc)}
 	if carry {
-		a.Next = d.peek(ctx)
+		a.Next = d.peek(ctx, true)
 	}
 	a, won, err := d.recordCall(ctx, pc, a)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lash-run/lash/sessionlog"
@@ -15,12 +16,20 @@ import (
 
 // interrupt stops a model call, a tool round or a retry sleep in flight when
 // a cancel input for the session is stored, instead of letting it run to
-// its end first. It listens to the session's decision subject on core NATS,
+// its end first. It listens to the session's input subjects on core NATS,
 // which only hints; the cancel counts once it is on the stream, so the
-// turn's answer can name it (and a replay cancels at the same point).
+// turn's answer can name it (and a replay cancels at the same point). The
+// same hints spare checkpoints reads that would find nothing.
 type interrupt struct {
-	d   *drive
-	sub *nats.Subscription
+	d    *drive
+	subs []*nats.Subscription // the input subject's and the decision subject's
+	// arrivals counts the messages seen on the session's input subjects;
+	// read is what it was when the last read of the inputs that succeeded
+	// began (-1 before the first). A checkpoint whose answer rides in a
+	// record reads only when something arrived since (arrivalsSince, ADR
+	// 0017).
+	arrivals atomic.Int64
+	read     atomic.Int64
 
 	mu     sync.Mutex
 	cancel context.CancelCauseFunc // of the effect in flight, if any
@@ -35,25 +44,47 @@ func (c *cancelInput) Error() string { return fmt.Sprintf("cancelled by input %d
 // the turn without interrupts: cancels still apply at the next checkpoint.
 func (d *drive) watch(st *state) *interrupt {
 	i := &interrupt{d: d}
-	subj, err := d.s.n.client.Subjects().SessionDecisions(d.s.id)
+	i.read.Store(-1)
+	channels, err := d.s.n.client.Subjects().SessionInputChannels(d.s.id)
 	if err != nil {
 		return i
 	}
-	i.sub, _ = d.s.n.nc.Subscribe(subj, func(m *nats.Msg) {
-		var in struct {
-			Cancel bool `json:"cancel"`
+	for _, subj := range channels {
+		decisions := subj == channels[1]
+		sub, err := d.s.n.nc.Subscribe(subj, func(m *nats.Msg) {
+			i.arrivals.Add(1)
+			if !decisions {
+				return
+			}
+			var in struct {
+				Cancel bool `json:"cancel"`
+			}
+			if json.Unmarshal(m.Data, &in) == nil && in.Cancel {
+				go i.confirm()
+			}
+		})
+		if err != nil {
+			i.stop()
+			i.subs = nil
+			return i
 		}
-		if json.Unmarshal(m.Data, &in) == nil && in.Cancel {
-			go i.confirm()
-		}
-	})
+		i.subs = append(i.subs, sub)
+	}
 	return i
 }
 
 func (i *interrupt) stop() {
-	if i.sub != nil {
-		_ = i.sub.Unsubscribe()
+	for _, sub := range i.subs {
+		_ = sub.Unsubscribe()
 	}
+}
+
+// arrivalsSince says whether anything may have arrived on the input
+// subjects since the last read of them began. Without both subscriptions,
+// or before a first read, something may have.
+func (i *interrupt) arrivalsSince() bool {
+	r := i.read.Load()
+	return len(i.subs) != 2 || r < 0 || i.arrivals.Load() != r
 }
 
 // begin gives an effect a context that a cancel input ends; done reports

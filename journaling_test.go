@@ -237,3 +237,107 @@ func watchJournal(t *testing.T, r *rig) func() []string {
 		return slices.Clone(subjects)
 	}
 }
+
+// roundsScript calls the weather tool while the turn asked for "five" has
+// made fewer than five calls, and "one" fewer than one.
+const roundsScript = `
+rule five
+  when user contains five
+  when tools < 5
+  call weather {"city":"Oslo"}
+
+rule one
+  when user contains one
+  when tools < 1
+  call weather {"city":"Oslo"}
+
+rule tomorrow
+  when user contains tomorrow
+  say Tomorrow looks the same.
+
+default
+  say done
+`
+
+// Between tool rounds a checkpoint reads the inputs only when something was
+// published on the session's input subjects since its last read (ADR
+// 0017): a turn of five rounds reads them as often as a turn of one. An
+// input sent during such a turn is still taken by it, once.
+func TestCheckpointsReadOnArrival(t *testing.T) {
+	r := newRig(t)
+	r.models = testenv.RunModelServer(t, scripted.MustParse(roundsScript))
+	spy := r.conn()
+	gets, err := spy.SubscribeSync("$JS.API.DIRECT.GET.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Reads of a session's input subjects since the last call: the server
+	// queued their copies to the spy before it answered them, and before
+	// the spy's flush.
+	reads := func(session string) int {
+		t.Helper()
+		if err := spy.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for {
+			m, err := gets.NextMsg(0)
+			if err != nil {
+				return n
+			}
+			if strings.Contains(string(m.Data), "."+session+".in\"") {
+				n++
+			}
+		}
+	}
+	var sender *Session
+	sent := false
+	n := r.node("a", withBoundary(func(name string) error {
+		if name == "before-record tool call_2" && !sent {
+			sent = true
+			if _, _, err := sender.Send(context.Background(), "k2", Input{Text: "and tomorrow?"}); err != nil {
+				t.Error(err)
+			}
+		}
+		return nil
+	}))
+	run := func(session, text string) []TurnResult {
+		t.Helper()
+		s := n.Session(session)
+		if _, _, err := s.Send(r.ctx, "k1", Input{Text: text}); err != nil {
+			t.Fatal(err)
+		}
+		reads(session)
+		res, err := s.Run(r.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	run("one", "one")
+	one := reads("one")
+	sent = true // no input during this turn
+	run("five", "five")
+	if five := reads("five"); five != one || one == 0 {
+		t.Fatalf("a turn of five tool rounds read its inputs %d times, a turn of one %d", five, one)
+	}
+	// An input sent during the second round of a turn joins it.
+	sender = r.node("sender").Session("steered")
+	sent = false
+	if res := run("steered", "five"); len(res) != 1 || !sent {
+		t.Fatalf("%d turns (sent %v); the input sent during the turn must not start another", len(res), sent)
+	}
+	tr, err := n.Session("steered").Transcript(r.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken := 0
+	for _, m := range tr {
+		if m.Role == turn.RoleUser && m.Text == "and tomorrow?" {
+			taken++
+		}
+	}
+	if taken != 1 {
+		t.Fatalf("the input sent during the turn was taken %d times", taken)
+	}
+}
