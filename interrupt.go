@@ -41,7 +41,8 @@ type cancelInput struct{ seq uint64 }
 func (c *cancelInput) Error() string { return fmt.Sprintf("cancelled by input %d", c.seq) }
 
 // watch starts listening; stop ends it. A node that cannot subscribe runs
-// the turn without interrupts: cancels still apply at the next checkpoint.
+// the turn without interrupts (cancels still apply at the next checkpoint)
+// and without hints (every checkpoint reads).
 func (d *drive) watch(st *state) *interrupt {
 	i := &interrupt{d: d}
 	i.read.Store(-1)
@@ -63,12 +64,9 @@ func (d *drive) watch(st *state) *interrupt {
 				go i.confirm()
 			}
 		})
-		if err != nil {
-			i.stop()
-			i.subs = nil
-			return i
+		if err == nil {
+			i.subs = append(i.subs, sub)
 		}
-		i.subs = append(i.subs, sub)
 	}
 	return i
 }
