@@ -114,19 +114,7 @@ func TestSessionReadsAreDirectOnOneServer(t *testing.T) {
 	read(c)
 	counted(t, &direct, &api, 4, 0)
 	// The stream as an earlier build made it.
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := js.Stream(ctx, c.Config().StreamName(streams.Sessions))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := st.CachedInfo().Config
-	cfg.AllowDirect = false
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
+	directOff(t, nc, c)()
 	c, err = streams.Open(ctx, nc, streams.Config{Prefix: "one"})
 	if err != nil {
 		t.Fatalf("open a session stream without direct gets: %v", err)
@@ -136,8 +124,9 @@ func TestSessionReadsAreDirectOnOneServer(t *testing.T) {
 	counted(t, &direct, &api, 0, 4)
 }
 
-// counted waits until the spy has seen the requests it should (its
-// callback runs after the reads return), then checks none more came.
+// counted waits until the spy has seen the requests it should of two
+// kinds (direct and API gets, say; its callback runs after the reads
+// return), then checks none more came.
 func counted(t *testing.T, direct, api *atomic.Int64, wantDirect, wantAPI int64) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -145,7 +134,7 @@ func counted(t *testing.T, direct, api *atomic.Int64, wantDirect, wantAPI int64)
 		time.Sleep(time.Millisecond)
 	}
 	if direct.Load() != wantDirect || api.Load() != wantAPI {
-		t.Fatalf("reads: %d direct, %d through the API; want %d and %d", direct.Load(), api.Load(), wantDirect, wantAPI)
+		t.Fatalf("requests seen: %d and %d; want %d and %d", direct.Load(), api.Load(), wantDirect, wantAPI)
 	}
 }
 
@@ -165,14 +154,7 @@ func TestDirectGetsTurnedOffWhileBound(t *testing.T) {
 	if _, err := nc.Request(subj, []byte("hi"), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := js.Stream(ctx, c.Config().StreamName(streams.Sessions))
-	if err != nil {
-		t.Fatal(err)
-	}
+	turnOff := directOff(t, nc, c)
 	// The spy, subscribed after the set-up's own requests were answered,
 	// listens to the API's subjects only: on the direct get subject it
 	// would answer for the stream.
@@ -196,18 +178,30 @@ func TestDirectGetsTurnedOffWhileBound(t *testing.T) {
 		}
 	}
 	read() // direct
-	cfg := st.CachedInfo().Config
-	cfg.AllowDirect = false
-	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+	turnOff()
+	read()
+	read()
+	counted(t, &gets, &infos, 4, 1) // API gets, and one info request
+}
+
+// directOff reads the session stream's configuration of c's deployment
+// and returns what turns its direct gets off, as an operator would.
+func directOff(t *testing.T, nc *nats.Conn, c *streams.Client) func() {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
 		t.Fatal(err)
 	}
-	read()
-	read()
-	deadline := time.Now().Add(5 * time.Second)
-	for (gets.Load() < 4 || infos.Load() < 1) && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
+	st, err := js.Stream(context.Background(), c.Config().StreamName(streams.Sessions))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if gets.Load() != 4 || infos.Load() != 1 {
-		t.Fatalf("after direct gets went off: %d API gets, %d info requests; want 4 and 1", gets.Load(), infos.Load())
+	return func() {
+		t.Helper()
+		cfg := st.CachedInfo().Config
+		cfg.AllowDirect = false
+		if _, err := js.UpdateStream(context.Background(), cfg); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
