@@ -210,17 +210,16 @@ func TestRecordDropsNextOverCeiling(t *testing.T) {
 }
 
 // watchJournal returns what lists the subjects of every journal write of
-// the test so far, seen as each is published.
+// the test so far, seen as each is published. A channel subscription
+// takes each message on the connection's reader, so after a flush every
+// write the server sent is in the channel (a callback may still be
+// pending then).
 func watchJournal(t *testing.T, r *rig) func() []string {
 	t.Helper()
-	var mu sync.Mutex
 	var subjects []string
 	nc := r.conn()
-	sub, err := nc.Subscribe(r.node("watch").Streams().Config().Prefix+".fx.>", func(m *nats.Msg) {
-		mu.Lock()
-		subjects = append(subjects, m.Subject)
-		mu.Unlock()
-	})
+	ch := make(chan *nats.Msg, 1<<12)
+	sub, err := nc.ChanSubscribe(r.node("watch").Streams().Config().Prefix+".fx.>", ch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,9 +231,14 @@ func watchJournal(t *testing.T, r *rig) func() []string {
 		if err := nc.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(subjects)
+		for {
+			select {
+			case m := <-ch:
+				subjects = append(subjects, m.Subject)
+			default:
+				return slices.Clone(subjects)
+			}
+		}
 	}
 }
 

@@ -45,7 +45,16 @@ func watch(t *testing.T, nc *nats.Conn, marker string, except ...string) func() 
 	t.Helper()
 	var mu sync.Mutex
 	var seen []string
+	// A callback runs after the connection has read its message; the
+	// fence, published after everything asked about, says when the
+	// callbacks before it have run.
+	fence := nats.NewInbox() + ".fence"
+	fenced := make(chan struct{}, 1)
 	sub, err := nc.Subscribe(">", func(m *nats.Msg) {
+		if m.Subject == fence {
+			fenced <- struct{}{}
+			return
+		}
 		if !strings.Contains(m.Subject, marker) && !bytes.Contains(m.Data, []byte(marker)) ||
 			strings.HasPrefix(m.Subject, "_INBOX.") || slices.Contains(except, m.Subject) {
 			return
@@ -62,7 +71,14 @@ func watch(t *testing.T, nc *nats.Conn, marker string, except ...string) func() 
 	}
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
 	return func() []string {
-		_ = nc.Flush()
+		if err := nc.Publish(fence, nil); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-fenced:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the watch did not see its own fence")
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		return append([]string(nil), seen...)
