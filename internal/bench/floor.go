@@ -101,6 +101,19 @@ func (e *Env) CAS(ctx context.Context, n int) ([]time.Duration, error) {
 	return slices.DeleteFunc(out, func(d time.Duration) bool { return d == 0 }), nil
 }
 
+// CASRun is what one CAS publish costs in a run of k one after another:
+// the run's time over k. A figure that sums many publishes (a turn's
+// records) is compared with this, not with the median of one publish: a
+// publish's time is skewed (a few take several times the median), and a
+// sum of k of them is k means, not k medians.
+func (e *Env) CASRun(ctx context.Context, k int) (time.Duration, error) {
+	start := time.Now()
+	if _, err := e.CAS(ctx, k); err != nil {
+		return 0, err
+	}
+	return time.Since(start) / time.Duration(k), nil
+}
+
 // casHead is the floor subject's last sequence once it is past casLast,
 // asked up to ten times, 50 ms apart.
 func (e *Env) casHead(ctx context.Context) (uint64, error) {
