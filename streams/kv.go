@@ -41,7 +41,7 @@ func (c *Client) KVSwap(ctx context.Context, key string, value []byte, rev uint6
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
 	subj := "$KV." + c.cfg.leaseBucket() + "." + key
-	ack, err := c.js.Publish(ctx, subj, value, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(ttl))
+	ack, err := c.publish(ctx, &nats.Msg{Subject: subj, Data: value, Header: nats.Header{}}, pubOpts{expect: &rev, ttl: ttl})
 	if err != nil {
 		return 0, c.kvErr("swap", key, rev, err)
 	}
@@ -58,7 +58,7 @@ func (c *Client) KVDelete(ctx context.Context, key string, rev uint64) (uint64, 
 	defer cancel()
 	msg := nats.NewMsg("$KV." + c.cfg.leaseBucket() + "." + key)
 	msg.Header.Set(kvOperation, kvOperationDelete)
-	ack, err := c.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(leaseMarkerTTL))
+	ack, err := c.publish(ctx, msg, pubOpts{expect: &rev, ttl: leaseMarkerTTL})
 	if err != nil {
 		return 0, c.kvErr("delete", key, rev, err)
 	}

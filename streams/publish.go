@@ -115,13 +115,9 @@ func (c *Client) Append(ctx context.Context, p Publication, expect uint64) (seq 
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
 	m := c.msg(p)
-	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequencePerSubject(expect)}
-	if p.MsgID != "" {
-		opts = append(opts, jetstream.WithMsgID(p.MsgID))
-	}
 	var ack *jetstream.PubAck
 	for n := 0; ; n++ {
-		ack, err = c.js.PublishMsg(ctx, m, opts...)
+		ack, err = c.publish(ctx, m, pubOpts{msgID: p.MsgID, expect: &expect})
 		code := apiCode(err)
 		inFlight := code == codeDuplicateInFlight || code == codeExpectNotReady ||
 			code == codeWrongLastSequenceConst && p.MsgID != ""
@@ -169,11 +165,7 @@ func (c *Client) Append(ctx context.Context, p Publication, expect uint64) (seq 
 func (c *Client) Publish(ctx context.Context, p Publication) (seq uint64, duplicate bool, err error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	var opts []jetstream.PublishOpt
-	if p.MsgID != "" {
-		opts = append(opts, jetstream.WithMsgID(p.MsgID))
-	}
-	ack, err := c.js.PublishMsg(ctx, c.msg(p), opts...)
+	ack, err := c.publish(ctx, c.msg(p), pubOpts{msgID: p.MsgID})
 	if err != nil {
 		if tooLarge(err) {
 			return 0, false, fmt.Errorf("%w: %d bytes on %s", ErrTooLarge, len(p.Data), p.Subject)
