@@ -56,8 +56,6 @@ type answer struct {
 	Next *answer `msgpack:"next,omitempty"`
 }
 
-func encodeAnswer(a *answer) ([]byte, error) { return msgpack.Marshal(a) }
-
 // answersNext says whether the record of a model answer carries the
 // answer of the checkpoint after it: the machine asks for one after an
 // answer without tool calls (and for none after a cancel or an error).
