@@ -2,7 +2,6 @@ package lash
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -432,7 +431,7 @@ func (s *Session) publishLive(turnID string, ev live.Event) {
 		return
 	}
 	ev.V, ev.Session, ev.Turn, ev.Node, ev.At = live.Version, s.id, turnID, s.n.runName, time.Now().UTC()
-	data, err := json.Marshal(ev)
+	data, err := ev.AppendJSON(make([]byte, 0, 256))
 	if err != nil {
 		return
 	}
@@ -519,14 +518,19 @@ func (d *drive) runCalls(ctx context.Context, batch *turn.ToolCalls, answers []*
 	}
 	carry := len(batch.Calls) == 1
 	errs := make([]error, len(batch.Calls))
-	var wg sync.WaitGroup
-	for i, pc := range batch.Calls {
-		if answers[i] != nil {
-			continue
+	if carry && answers[0] == nil {
+		// One call: on this goroutine, which would only wait for it.
+		answers[0], owns[0], errs[0] = d.toolCall(ctx, ectx, batch.Calls[0], cause, carry)
+	} else {
+		var wg sync.WaitGroup
+		for i, pc := range batch.Calls {
+			if answers[i] != nil {
+				continue
+			}
+			wg.Go(func() { answers[i], owns[i], errs[i] = d.toolCall(ctx, ectx, pc, cause, carry) })
 		}
-		wg.Go(func() { answers[i], owns[i], errs[i] = d.toolCall(ctx, ectx, pc, cause, carry) })
+		wg.Wait()
 	}
-	wg.Wait()
 	if stop := done(); stop != nil {
 		return d.claimCancels(ctx, batch, answers, owns, stop)
 	}
