@@ -79,10 +79,13 @@ func (v value) token(rev uint64) uint64 {
 
 // Manager claims, renews and releases leases for one owner.
 type Manager struct {
-	s      Store
-	owner  Owner
-	margin func(ttl time.Duration) time.Duration
-	now    func() time.Time
+	s     Store
+	owner Owner
+	// mine is the value a claim writes, encoded once: the owner is fixed.
+	mine    []byte
+	mineErr error
+	margin  func(ttl time.Duration) time.Duration
+	now     func() time.Time
 
 	mu sync.Mutex
 	// released holds the revisions of the delete markers this manager
@@ -111,6 +114,7 @@ func New(s Store, owner Owner, opts ...Option) *Manager {
 	for _, o := range opts {
 		o(m)
 	}
+	m.mine, m.mineErr = msgpack.Marshal(&value{Owner: owner})
 	return m
 }
 
@@ -141,9 +145,9 @@ func (m *Manager) Claim(ctx context.Context, key string, ttl time.Duration) (*Le
 	if err := checkTTL(ttl); err != nil {
 		return nil, err
 	}
-	mine, err := msgpack.Marshal(&value{Owner: m.owner})
-	if err != nil {
-		return nil, err
+	mine := m.mine
+	if m.mineErr != nil {
+		return nil, m.mineErr
 	}
 	if marker, ok := m.takeReleased(key); ok {
 		// Released by this manager: if nobody wrote since, the key is
