@@ -18,6 +18,37 @@ func encodeAnswer(a *answer) ([]byte, error) {
 	return msgpack.Marshal(a)
 }
 
+// plain says a holds only what append writes: strings, numbers, flags
+// and model answers. Such an answer reads back from its record as it is,
+// but for empty slices, which come back nil: a run that wrote its record
+// uses it as it is, without decoding the record, after asNil.
+func (a *answer) plain() bool {
+	for ; a != nil; a = a.Next {
+		if len(a.Tools) > 0 || len(a.Messages) > 0 || len(a.Decisions) > 0 || len(a.Refused) > 0 || len(a.Inputs) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// asNil makes a's empty slices nil, as its record reads back.
+func (a *answer) asNil() {
+	for ; a != nil; a = a.Next {
+		a.Tools, a.Messages, a.Decisions, a.Refused, a.Inputs = nilIfEmpty(a.Tools), nilIfEmpty(a.Messages),
+			nilIfEmpty(a.Decisions), nilIfEmpty(a.Refused), nilIfEmpty(a.Inputs)
+		if a.Response != nil {
+			a.Response.ToolCalls = nilIfEmpty(a.Response.ToolCalls)
+		}
+	}
+}
+
+func nilIfEmpty[S ~[]E, E any](s S) S {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}
+
 // append appends a, or says it holds a field it does not write.
 func (a *answer) append(b []byte) ([]byte, bool) {
 	if len(a.Tools) > 0 || len(a.Messages) > 0 || len(a.Decisions) > 0 || len(a.Refused) > 0 || len(a.Inputs) > 0 {

@@ -2,6 +2,7 @@ package lash
 
 import (
 	"bytes"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +43,25 @@ func TestAnswerEncodesAsMsgpack(t *testing.T) {
 		if got, err := encodeAnswer(a); err != nil || !bytes.Equal(got, want) {
 			t.Errorf("%+v:\n got %x, %v\nwant %x", a, got[:min(len(got), 100)], err, want[:min(len(want), 100)])
 		}
+		readsBack(t, a, want)
+	}
+	// An empty list of calls comes back nil.
+	a := &answer{Response: &turn.ModelResponse{Text: "hi", ToolCalls: []turn.ToolCall{}}, Next: &answer{Cursor: 1}}
+	data, _ := encodeAnswer(a)
+	readsBack(t, a, data)
+}
+
+// readsBack checks that a plain answer, as a run that wrote its record
+// uses it, is what the record reads back as.
+func readsBack(t *testing.T, a *answer, data []byte) {
+	t.Helper()
+	if !a.plain() {
+		return
+	}
+	a.asNil()
+	back, err := decodeAnswer(data)
+	if err != nil || !reflect.DeepEqual(back, a) {
+		t.Errorf("plain answer %+v reads back as %+v, %v", a, back, err)
 	}
 }
 
@@ -78,5 +98,6 @@ func FuzzAnswerEncodesAsMsgpack(f *testing.F) {
 		if got, err := encodeAnswer(&a); err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("got %x, %v\nwant %x", got[:min(len(got), 100)], err, want[:min(len(want), 100)])
 		}
+		readsBack(t, &a, want)
 	})
 }
