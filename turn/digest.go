@@ -1,7 +1,6 @@
 package turn
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding"
 	"encoding/binary"
@@ -28,18 +27,16 @@ type Digest [32]byte
 
 // Extend returns the digest of the messages d covers followed by msgs.
 func (d Digest) Extend(msgs ...Message) Digest {
-	var buf bytes.Buffer
-	enc := msgpack.NewEncoder(&buf)
+	if len(msgs) == 0 {
+		return d
+	}
+	var buf []byte
+	h := sha256.New()
 	for i := range msgs {
-		buf.Reset()
-		if err := enc.Encode(&msgs[i]); err != nil {
-			// Messages are plain structs of strings and slices: an
-			// encoding failure is a bug, not an input error.
-			panic(fmt.Sprintf("turn: encoding a message: %v", err))
-		}
-		h := sha256.New()
+		buf = appendMessage(buf[:0], &msgs[i])
+		h.Reset()
 		h.Write(d[:])
-		h.Write(buf.Bytes())
+		h.Write(buf)
 		h.Sum(d[:0])
 	}
 	return d
@@ -52,13 +49,9 @@ func (m *Machine) llmRequestHash(req *ModelRequest) Hash {
 	st := &m.st
 	pre := len(req.Messages) - len(st.Messages)
 	h := m.headHash(req)
-	var buf bytes.Buffer
-	enc := msgpack.NewEncoder(&buf)
-	if err := enc.Encode(req.Messages[:pre]); err != nil {
-		panic(fmt.Sprintf("turn: encoding %s request: %v", KindLLMCall, err))
-	}
-	buf.Write(st.HistoryDigest[:])
-	buf.Write(binary.BigEndian.AppendUint64(nil, uint64(st.HistoryLen)))
+	buf := appendMessages(make([]byte, 0, 256), req.Messages[:pre])
+	buf = append(buf, st.HistoryDigest[:]...)
+	buf = binary.BigEndian.AppendUint64(buf, uint64(st.HistoryLen))
 	own := req.Messages[pre+st.HistoryLen:]
 	rest, from := st.HistoryDigest, 0
 	if m.ownN > 0 && m.ownN <= len(own) {
@@ -66,8 +59,8 @@ func (m *Machine) llmRequestHash(req *ModelRequest) Hash {
 	}
 	rest = rest.Extend(own[from:]...)
 	m.own, m.ownN = rest, len(own)
-	buf.Write(rest[:])
-	h.Write(buf.Bytes())
+	buf = append(buf, rest[:]...)
+	h.Write(buf)
 	var sum Hash
 	h.Sum(sum[:0])
 	return sum
