@@ -98,6 +98,9 @@ func withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
 
 // apiCode returns the JetStream error code in err, or 0.
 func apiCode(err error) jetstream.ErrorCode {
+	if err == nil {
+		return 0 // most calls: no error to look into, nothing allocated
+	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
 		return apiErr.ErrorCode
