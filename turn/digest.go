@@ -49,7 +49,7 @@ func (m *Machine) llmRequestHash(req *ModelRequest) Hash {
 	st := &m.st
 	pre := len(req.Messages) - len(st.Messages)
 	h := m.headHash(req)
-	buf := appendMessages(make([]byte, 0, 256), req.Messages[:pre])
+	buf := AppendMessages(make([]byte, 0, 256), req.Messages[:pre])
 	buf = append(buf, st.HistoryDigest[:]...)
 	buf = binary.BigEndian.AppendUint64(buf, uint64(st.HistoryLen))
 	own := req.Messages[pre+st.HistoryLen:]

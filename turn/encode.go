@@ -42,8 +42,9 @@ func appendMessage(b []byte, m *Message) []byte {
 	return b
 }
 
-// appendMessages appends msgs as msgpack encodes a []Message (nil as nil).
-func appendMessages(b []byte, msgs []Message) []byte {
+// AppendMessages appends msgs as msgpack encodes a []Message (nil as nil):
+// what a request hash takes in, and a commit's messages.
+func AppendMessages(b []byte, msgs []Message) []byte {
 	if msgs == nil {
 		return pack.Nil(b)
 	}

@@ -23,7 +23,7 @@ func TestMessageEncodesAsMsgpack(t *testing.T) {
 		same(t, appendMessage(nil, &msgs[i]), &msgs[i])
 	}
 	for _, list := range [][]Message{nil, {}, msgs, make([]Message, 17)} {
-		same(t, appendMessages(nil, list), list)
+		same(t, AppendMessages(nil, list), list)
 	}
 }
 
