@@ -54,7 +54,7 @@ func (a *answer) append(b []byte) ([]byte, bool) {
 	if len(a.Tools) > 0 || len(a.Messages) > 0 || len(a.Decisions) > 0 || len(a.Refused) > 0 || len(a.Inputs) > 0 {
 		return nil, false
 	}
-	b = pack.Map(b, count(a.Response != nil, a.CallErr != nil, a.Result != nil, a.TimedOut, a.Cursor != 0,
+	b = pack.Map(b, pack.Count(a.Response != nil, a.CallErr != nil, a.Result != nil, a.TimedOut, a.Cursor != 0,
 		a.Cancel != nil, a.Took != 0, a.Request != "", a.Next != nil))
 	if r := a.Response; r != nil {
 		b = appendResponse(pack.Str(b, "resp"), r)
@@ -63,7 +63,7 @@ func (a *answer) append(b []byte) ([]byte, bool) {
 		b = appendCallError(pack.Str(b, "err"), e)
 	}
 	if r := a.Result; r != nil {
-		b = pack.Map(pack.Str(b, "res"), 2+count(r.Output != ""))
+		b = pack.Map(pack.Str(b, "res"), 2+pack.Count(r.Output != ""))
 		b = pack.Uint8(pack.Str(pack.Str(pack.Str(b, "i"), r.CallID), "s"), uint8(r.Status))
 		if r.Output != "" {
 			b = pack.Str(pack.Str(b, "o"), r.Output)
@@ -94,19 +94,12 @@ func (a *answer) append(b []byte) ([]byte, bool) {
 }
 
 func appendResponse(b []byte, r *turn.ModelResponse) []byte {
-	b = pack.Map(b, 1+count(r.Text != "", len(r.ToolCalls) > 0, r.Finish != ""))
+	b = pack.Map(b, 1+pack.Count(r.Text != "", len(r.ToolCalls) > 0, r.Finish != ""))
 	if r.Text != "" {
 		b = pack.Str(pack.Str(b, "t"), r.Text)
 	}
 	if len(r.ToolCalls) > 0 {
-		b = pack.Array(pack.Str(b, "c"), len(r.ToolCalls))
-		for _, c := range r.ToolCalls {
-			b = pack.Map(b, 2+count(c.Arguments != ""))
-			b = pack.Str(pack.Str(pack.Str(pack.Str(b, "i"), c.ID), "n"), c.Name)
-			if c.Arguments != "" {
-				b = pack.Str(pack.Str(b, "a"), c.Arguments)
-			}
-		}
+		b = turn.AppendToolCalls(pack.Str(b, "c"), r.ToolCalls)
 	}
 	if r.Finish != "" {
 		b = pack.Str(pack.Str(b, "f"), string(r.Finish))
@@ -117,7 +110,7 @@ func appendResponse(b []byte, r *turn.ModelResponse) []byte {
 }
 
 func appendCallError(b []byte, e *turn.CallError) []byte {
-	b = pack.Map(b, count(e.Retryable, e.Code != "", e.Message != "", e.RetryAfter != 0))
+	b = pack.Map(b, pack.Count(e.Retryable, e.Code != "", e.Message != "", e.RetryAfter != 0))
 	if e.Retryable {
 		b = pack.Bool(pack.Str(b, "r"), true)
 	}
@@ -131,15 +124,4 @@ func appendCallError(b []byte, e *turn.CallError) []byte {
 		b = pack.Int64(pack.Str(b, "ra"), int64(e.RetryAfter))
 	}
 	return b
-}
-
-// count is how many of set are true.
-func count(set ...bool) int {
-	n := 0
-	for _, s := range set {
-		if s {
-			n++
-		}
-	}
-	return n
 }

@@ -72,13 +72,8 @@ func encode(key turn.ReplayKey, hash turn.Hash, out Outcome, ref *blobs.Ref, rec
 // append appends w as msgpack.Marshal encodes it (TestWireEncodesAsMsgpack):
 // every record goes through here, and reflection was most of its cost.
 func (w *wire) append(b []byte) []byte {
-	n := 7 // s, t, n, k, e, h, o
-	for _, set := range []bool{w.Call != "", w.Recorder != "", w.At != 0, len(w.RefSum) > 0, w.RefSize != 0, len(w.Settings) > 0} {
-		if set {
-			n++
-		}
-	}
-	b = pack.Map(b, n)
+	// s, t, n, k, e, h and o, and those set
+	b = pack.Map(b, 7+pack.Count(w.Call != "", w.Recorder != "", w.At != 0, len(w.RefSum) > 0, w.RefSize != 0, len(w.Settings) > 0))
 	b = pack.Str(pack.Str(pack.Str(pack.Str(b, "s"), w.Session), "t"), w.Turn)
 	b = pack.Int(pack.Str(b, "n"), w.Iteration)
 	b = pack.Uint8(pack.Str(b, "k"), uint8(w.Kind))
@@ -107,13 +102,7 @@ func (w *wire) append(b []byte) []byte {
 }
 
 func (o *Outcome) append(b []byte) []byte {
-	n := 0
-	for _, set := range []bool{len(o.Data) > 0, o.Failed, o.Error != "", o.Intends} {
-		if set {
-			n++
-		}
-	}
-	b = pack.Map(b, n)
+	b = pack.Map(b, pack.Count(len(o.Data) > 0, o.Failed, o.Error != "", o.Intends))
 	if len(o.Data) > 0 {
 		b = pack.Bin(pack.Str(b, "d"), o.Data)
 	}

@@ -56,11 +56,11 @@ func EncodeTurnBody(b *TurnBody) ([]byte, error) {
 	for _, m := range o.Messages {
 		size += 16 + len(m.Text)
 	}
-	out := pack.Map(make([]byte, 0, size+64*len(b.Inputs)), 2+count(len(b.Inputs) > 0))
+	out := pack.Map(make([]byte, 0, size+64*len(b.Inputs)), 2+pack.Count(len(b.Inputs) > 0))
 	out = pack.Map(pack.Str(out, "o"), 6)
 	out = pack.Uint8(pack.Str(out, "Status"), uint8(o.Status))
 	t := o.Termination
-	out = pack.Map(pack.Str(out, "Termination"), 1+count(t.Code != "", t.Detail != ""))
+	out = pack.Map(pack.Str(out, "Termination"), 1+pack.Count(t.Code != "", t.Detail != ""))
 	out = pack.Uint8(pack.Str(out, "r"), uint8(t.Reason))
 	if t.Code != "" {
 		out = pack.Str(pack.Str(out, "c"), t.Code)
@@ -90,7 +90,7 @@ func EncodeTurnBody(b *TurnBody) ([]byte, error) {
 }
 
 func (u *InputUse) append(b []byte) []byte {
-	b = pack.Map(b, 2+count(u.Key != "", u.Duplicate != 0, u.Refused != "", u.Decision))
+	b = pack.Map(b, 2+pack.Count(u.Key != "", u.Duplicate != 0, u.Refused != "", u.Decision))
 	b = pack.Uint64(pack.Str(b, "s"), u.Seq)
 	if u.Key != "" {
 		b = pack.Str(pack.Str(b, "k"), u.Key)
@@ -106,17 +106,6 @@ func (u *InputUse) append(b []byte) []byte {
 		b = pack.Bool(pack.Str(b, "c"), true)
 	}
 	return b
-}
-
-// count is how many of set are true.
-func count(set ...bool) int {
-	n := 0
-	for _, s := range set {
-		if s {
-			n++
-		}
-	}
-	return n
 }
 
 // DecodeTurnBody reads a commit's body.

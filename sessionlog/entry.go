@@ -85,7 +85,7 @@ func ContentHash(body []byte) [32]byte { return sha256.Sum256(body) }
 // by hand: every turn writes two entries, and reflection was most of
 // their cost.
 func encodeEntry(e *Entry) ([]byte, error) {
-	n := 3 + count(e.Owner != "", e.Turn != "", len(e.Body) > 0, e.BodySize != 0, len(e.Settings) > 0, len(e.SetAside) > 0) // k, t, h and those set
+	n := 3 + pack.Count(e.Owner != "", e.Turn != "", len(e.Body) > 0, e.BodySize != 0, len(e.Settings) > 0, len(e.SetAside) > 0) // k, t, h and those set
 	b := make([]byte, 0, 96+len(e.Owner)+len(e.Turn)+len(e.Body)+len(e.Settings)+9*len(e.SetAside))
 	b = pack.Map(b, n)
 	b = pack.Uint8(pack.Str(b, "k"), uint8(e.Kind))

@@ -7,25 +7,13 @@ import "github.com/lash-run/lash/internal/pack"
 // turn adds, and reflection was most of their cost. The bytes are the
 // hashes' input, so they must never change (RequestHashing).
 func appendMessage(b []byte, m *Message) []byte {
-	n := 1
-	for _, set := range [...]bool{m.Text != "", len(m.ToolCalls) > 0, m.CallID != "", m.Name != "", m.Error, m.Pending} {
-		if set {
-			n++
-		}
-	}
+	n := 1 + pack.Count(m.Text != "", len(m.ToolCalls) > 0, m.CallID != "", m.Name != "", m.Error, m.Pending)
 	b = pack.Uint8(pack.Str(pack.Map(b, n), "r"), uint8(m.Role))
 	if m.Text != "" {
 		b = pack.Str(pack.Str(b, "t"), m.Text)
 	}
 	if len(m.ToolCalls) > 0 {
-		b = pack.Array(pack.Str(b, "c"), len(m.ToolCalls))
-		for _, c := range m.ToolCalls {
-			b = pack.Map(b, 2+boolInt(c.Arguments != ""))
-			b = pack.Str(pack.Str(pack.Str(pack.Str(b, "i"), c.ID), "n"), c.Name)
-			if c.Arguments != "" {
-				b = pack.Str(pack.Str(b, "a"), c.Arguments)
-			}
-		}
+		b = AppendToolCalls(pack.Str(b, "c"), m.ToolCalls)
 	}
 	if m.CallID != "" {
 		b = pack.Str(pack.Str(b, "i"), m.CallID)
@@ -42,6 +30,20 @@ func appendMessage(b []byte, m *Message) []byte {
 	return b
 }
 
+// AppendToolCalls appends a non-nil list of calls as msgpack encodes it: in
+// messages, and in the model answers the driver journals.
+func AppendToolCalls(b []byte, calls []ToolCall) []byte {
+	b = pack.Array(b, len(calls))
+	for _, c := range calls {
+		b = pack.Map(b, 2+pack.Count(c.Arguments != ""))
+		b = pack.Str(pack.Str(pack.Str(pack.Str(b, "i"), c.ID), "n"), c.Name)
+		if c.Arguments != "" {
+			b = pack.Str(pack.Str(b, "a"), c.Arguments)
+		}
+	}
+	return b
+}
+
 // AppendMessages appends msgs as msgpack encodes a []Message (nil as nil):
 // what a request hash takes in, and a commit's messages.
 func AppendMessages(b []byte, msgs []Message) []byte {
@@ -53,11 +55,4 @@ func AppendMessages(b []byte, msgs []Message) []byte {
 		b = appendMessage(b, &msgs[i])
 	}
 	return b
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }

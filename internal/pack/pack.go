@@ -119,3 +119,15 @@ func uintCompact(b []byte, n uint64) []byte {
 	}
 	return binary.BigEndian.AppendUint64(append(b, 0xcf), n)
 }
+
+// Count is how many of set are true: the fields a map of a struct holds
+// when the others are left out as empty.
+func Count(set ...bool) int {
+	n := 0
+	for _, s := range set {
+		if s {
+			n++
+		}
+	}
+	return n
+}
