@@ -46,7 +46,7 @@ func (c *Client) publish(ctx context.Context, m *nats.Msg, o pubOpts) (*jetstrea
 }
 
 // parseAck reads a publish's ack. The usual one, {"stream":S,"seq":N}
-// with "duplicate":true perhaps, is read by hand; anything else (an
+// with "duplicate": true perhaps, is read by hand; anything else (an
 // error, a domain) through encoding/json, with jetstream's errors.
 func parseAck(data []byte) (*jetstream.PubAck, error) {
 	if ack, ok := plainAck(string(data)); ok {
@@ -98,7 +98,7 @@ func plainAck(s string) (*jetstream.PubAck, bool) {
 	switch s[digits:] {
 	case "}":
 		return &jetstream.PubAck{Stream: stream, Sequence: seq}, true
-	case `,"duplicate":true}`:
+	case `,"duplicate": true}`, `,"duplicate":true}`: // the server writes the first
 		return &jetstream.PubAck{Stream: stream, Sequence: seq, Duplicate: true}, true
 	}
 	return nil, false
