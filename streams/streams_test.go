@@ -9,6 +9,7 @@ import (
 
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/testenv"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 func open(t *testing.T, cfg streams.Config) *streams.Client {
@@ -166,4 +167,43 @@ func TestReadFailsWhenTheConnectionCloses(t *testing.T) {
 	if err == nil {
 		t.Fatalf("Read returned no error after %d of %d messages", n, total)
 	}
+}
+
+// A key deleted at its revision leaves nothing in the bucket once its
+// marker's TTL runs out, however many keys were ever used: listing leases
+// costs what the live ones do.
+func TestKVDeleteLeavesNothing(t *testing.T) {
+	ctx := context.Background()
+	srv := testenv.RunJetStream(t)
+	nc := srv.Conn(t)
+	c, err := streams.Open(ctx, nc, streams.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"sess.a", "sess.b", "sess.c"} {
+		rev, err := c.KVCreate(ctx, key, []byte("x"), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rev, err = c.KVSwap(ctx, key, []byte("y"), rev, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.KVDelete(ctx, key, rev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		st, err := js.Stream(ctx, "KV_LASH_LEASES")
+		if err != nil {
+			return err
+		}
+		if n := st.CachedInfo().State.Msgs; n != 0 {
+			return fmt.Errorf("the bucket still holds %d messages", n)
+		}
+		return nil
+	})
 }
