@@ -52,12 +52,15 @@ func (c *Client) KVSwap(ctx context.Context, key string, value []byte, rev uint6
 // revision of its delete marker; a successor's value is never removed. The
 // marker expires like the marker of an expired key, so a key released
 // leaves nothing behind: the bucket holds the live keys only, however many
-// were ever used.
+// were ever used. It names itself a subject delete marker, so the server
+// removes it when it expires without writing a marker of its own: one
+// write per release, not two (each fsynced, on a server that fsyncs).
 func (c *Client) KVDelete(ctx context.Context, key string, rev uint64) (uint64, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
 	msg := nats.NewMsg("$KV." + c.cfg.leaseBucket() + "." + key)
 	msg.Header.Set(kvOperation, kvOperationDelete)
+	msg.Header.Set(markerReason, markerRemoved)
 	ack, err := c.publish(ctx, msg, pubOpts{expect: &rev, ttl: leaseMarkerTTL})
 	if err != nil {
 		return 0, c.kvErr("delete", key, rev, err)
@@ -65,10 +68,14 @@ func (c *Client) KVDelete(ctx context.Context, key string, rev uint64) (uint64, 
 	return ack.Sequence, nil
 }
 
-// The header by which a KV bucket's readers tell a deletion from a value.
+// The header by which a KV bucket's readers tell a deletion from a value,
+// and the one by which the server tells a subject delete marker (which it
+// removes at its TTL without leaving another).
 const (
 	kvOperation       = "KV-Operation"
 	kvOperationDelete = "DEL"
+	markerReason      = "Nats-Marker-Reason"
+	markerRemoved     = "Remove"
 )
 
 // KVGet returns key's live value, or ErrNotFound if it was never set, was

@@ -180,6 +180,7 @@ func TestKVDeleteLeavesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var last uint64
 	for _, key := range []string{"sess.a", "sess.b", "sess.c"} {
 		rev, err := c.KVCreate(ctx, key, []byte("x"), 5*time.Second)
 		if err != nil {
@@ -188,7 +189,7 @@ func TestKVDeleteLeavesNothing(t *testing.T) {
 		if rev, err = c.KVSwap(ctx, key, []byte("y"), rev, 5*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.KVDelete(ctx, key, rev); err != nil {
+		if last, err = c.KVDelete(ctx, key, rev); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -196,9 +197,9 @@ func TestKVDeleteLeavesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var st jetstream.Stream
 	testenv.WaitFor(t, 10*time.Second, func() error {
-		st, err := js.Stream(ctx, "KV_LASH_LEASES")
-		if err != nil {
+		if st, err = js.Stream(ctx, "KV_LASH_LEASES"); err != nil {
 			return err
 		}
 		if n := st.CachedInfo().State.Msgs; n != 0 {
@@ -206,4 +207,10 @@ func TestKVDeleteLeavesNothing(t *testing.T) {
 		}
 		return nil
 	})
+	// The release markers were removed as subject delete markers: the
+	// server wrote none of its own when they expired (a write each, and a
+	// fsync each on a server that fsyncs).
+	if got := st.CachedInfo().State.LastSeq; got != last {
+		t.Fatalf("the bucket's last sequence is %d, the last release marker's %d: the server wrote markers of its own", got, last)
+	}
 }
