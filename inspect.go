@@ -112,16 +112,8 @@ func sessionRunning(ctx context.Context, m *leases.Manager, session string) (boo
 	if err != nil {
 		return false, fmt.Errorf("%w: %v", ErrBadInput, err)
 	}
-	hs, err := m.List(ctx, key)
-	if err != nil {
-		return false, err
-	}
-	for _, h := range hs {
-		if h.Key == key {
-			return true, nil
-		}
-	}
-	return false, nil
+	h, err := m.Get(ctx, key)
+	return h != nil, err
 }
 
 // ErrUnknownSession: the session has no log.

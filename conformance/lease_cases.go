@@ -67,9 +67,8 @@ func claim(t *testing.T, ctx context.Context, m *leases.Manager, key string, ttl
 	return l
 }
 
-// holders returns the live leases of key, as List reports them. It lists
-// the key's kind ("sess.") and keeps key: List with any prefix that does
-// not end at a '.' finds nothing (see testLeaseList).
+// holders returns the live leases of key, as List reports them: it lists
+// the key's kind ("sess.") and keeps key, as an operator's listing shows it.
 func holders(t *testing.T, ctx context.Context, m *leases.Manager, key string) []leases.Holder {
 	t.Helper()
 	kind, _, _ := strings.Cut(key, ".")
@@ -484,6 +483,18 @@ func testLeaseList(t *testing.T, env Env) {
 			t.Errorf("List(%q) = %q; want %q (keys starting with the prefix). "+
 				"BUG in streams.KVList: it lists with the filter prefix+\">\", which is a wildcard only "+
 				"when the prefix is empty or ends with '.'; any other prefix silently matches nothing", c.prefix, got, c.want)
+		}
+	}
+	// Get reads one key: its holder, or nil once released or never held.
+	if h, err := a.Get(ctx, la.Key); err != nil || h == nil || h.Token != la.Token || h.Owner != a.Owner() {
+		t.Fatalf("Get(%s) = %+v, %v; want the lease of %s with token %d", la.Key, h, err, a.Owner(), la.Token)
+	}
+	if err := a.Release(ctx, lb); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{lb.Key, leaseKey(t, "never")} {
+		if h, err := a.Get(ctx, key); err != nil || h != nil {
+			t.Fatalf("Get(%s) = %+v, %v; want nil: nobody holds it", key, h, err)
 		}
 	}
 }

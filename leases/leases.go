@@ -277,11 +277,33 @@ func (m *Manager) List(ctx context.Context, prefix string) ([]Holder, error) {
 	}
 	out := make([]Holder, 0, len(entries))
 	for _, e := range entries {
-		var v value
-		if err := msgpack.Unmarshal(e.Value, &v); err != nil {
-			return nil, fmt.Errorf("leases: %s holds an unreadable value: %w", e.Key, err)
+		h, err := holder(e)
+		if err != nil {
+			return nil, err
 		}
-		out = append(out, Holder{Key: e.Key, Owner: v.Owner, Token: v.token(e.Revision), Revision: e.Revision, Renewed: e.Created})
+		out = append(out, h)
 	}
 	return out, nil
+}
+
+// Get returns the live lease of key, or nil when nobody holds it: one
+// read, whatever the number of leases.
+func (m *Manager) Get(ctx context.Context, key string) (*Holder, error) {
+	e, err := m.s.KVGet(ctx, key)
+	if errors.Is(err, streams.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	h, err := holder(*e)
+	return &h, err
+}
+
+func holder(e streams.KVEntry) (Holder, error) {
+	var v value
+	if err := msgpack.Unmarshal(e.Value, &v); err != nil {
+		return Holder{}, fmt.Errorf("leases: %s holds an unreadable value: %w", e.Key, err)
+	}
+	return Holder{Key: e.Key, Owner: v.Owner, Token: v.token(e.Revision), Revision: e.Revision, Renewed: e.Created}, nil
 }
