@@ -91,6 +91,9 @@ func plainAck(s string) (*jetstream.PubAck, bool) {
 	for digits < len(s) && s[digits] >= '0' && s[digits] <= '9' {
 		digits++
 	}
+	if digits > 1 && s[0] == '0' {
+		return nil, false // JSON has no leading zeros
+	}
 	seq, err := strconv.ParseUint(s[:digits], 10, 64)
 	if err != nil {
 		return nil, false
