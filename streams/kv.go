@@ -60,7 +60,7 @@ func (c *Client) KVDelete(ctx context.Context, key string, rev uint64) (uint64, 
 	defer cancel()
 	msg := nats.NewMsg("$KV." + c.cfg.leaseBucket() + "." + key)
 	msg.Header.Set(kvOperation, kvOperationDelete)
-	msg.Header.Set(markerReason, markerRemoved)
+	msg.Header.Set(jetstream.MarkerReasonHeader, markerRemoved)
 	ack, err := c.publish(ctx, msg, pubOpts{expect: &rev, ttl: leaseMarkerTTL})
 	if err != nil {
 		return 0, c.kvErr("delete", key, rev, err)
@@ -69,12 +69,11 @@ func (c *Client) KVDelete(ctx context.Context, key string, rev uint64) (uint64, 
 }
 
 // The header by which a KV bucket's readers tell a deletion from a value,
-// and the one by which the server tells a subject delete marker (which it
-// removes at its TTL without leaving another).
+// and the marker reason by which the server tells a subject delete marker
+// (which it removes at its TTL without leaving another).
 const (
 	kvOperation       = "KV-Operation"
 	kvOperationDelete = "DEL"
-	markerReason      = "Nats-Marker-Reason"
 	markerRemoved     = "Remove"
 )
 

@@ -41,8 +41,8 @@ func Sessions(ctx context.Context, e *Env, counts []int, n int) ([]Result, error
 		}
 		drained := time.Since(released)
 		// A few untimed first: the first count's figures are the floor, and
-		// a process's first turns (its heap growing, its caches cold) would
-		// make every later count look cheaper than it is.
+		// a cold first sample (a heap still growing, caches empty) would
+		// flatter every later count.
 		var lists, turns []time.Duration
 		for i := range n + 3 {
 			start := time.Now()

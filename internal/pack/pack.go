@@ -13,25 +13,21 @@ import (
 )
 
 // Map appends the header of a map of n pairs.
-func Map(b []byte, n int) []byte {
-	switch {
-	case n < 16:
-		return append(b, 0x80|byte(n))
-	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, 0xde), uint16(n))
-	}
-	return binary.BigEndian.AppendUint32(append(b, 0xdf), uint32(n))
-}
+func Map(b []byte, n int) []byte { return header(b, n, 0x80, 0xde, 0xdf) }
 
 // Array appends the header of an array of n values.
-func Array(b []byte, n int) []byte {
+func Array(b []byte, n int) []byte { return header(b, n, 0x90, 0xdc, 0xdd) }
+
+// header appends a map's or an array's header: its count in the fix
+// byte below 16, else after the 16- or 32-bit code.
+func header(b []byte, n int, fix, c16, c32 byte) []byte {
 	switch {
 	case n < 16:
-		return append(b, 0x90|byte(n))
+		return append(b, fix|byte(n))
 	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(b, 0xdc), uint16(n))
+		return binary.BigEndian.AppendUint16(append(b, c16), uint16(n))
 	}
-	return binary.BigEndian.AppendUint32(append(b, 0xdd), uint32(n))
+	return binary.BigEndian.AppendUint32(append(b, c32), uint32(n))
 }
 
 // Str appends a string.
