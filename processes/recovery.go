@@ -1,6 +1,9 @@
 package processes
 
-import "fmt"
+import (
+	"encoding/json"
+	"fmt"
+)
 
 // Action is what recovery does with a process whose runner may be gone.
 type Action string
@@ -56,7 +59,18 @@ func Recover(p *Process, f Facts) (Action, string) {
 		}
 		return Leave, "started owner-bound work whose runner is not proved gone"
 	case p.CancelRequested != nil:
-		return CancelRun, fmt.Sprintf("cancel request, event %d", p.CancelRequested.N)
+		return CancelRun, cancelReason(p.CancelRequested)
 	}
 	return Execute, ""
+}
+
+// cancelReason is what a process ended by cancel request cr records as
+// its reason, whichever writer ends it: the worker running it or one that
+// claims it after.
+func cancelReason(cr *Event) string {
+	var r Request
+	if json.Unmarshal(cr.Data, &r) != nil || r.Reason == "" {
+		return fmt.Sprintf("cancel request, event %d", cr.N)
+	}
+	return fmt.Sprintf("cancel request, event %d: %s", cr.N, r.Reason)
 }

@@ -409,9 +409,7 @@ func (w *Worker) attempt(ctx context.Context, p *Process, f Facts) error {
 		}
 		reason := "cancel requested"
 		if cr := run.Process().CancelRequested; cr != nil {
-			var r Request
-			_ = json.Unmarshal(cr.Data, &r)
-			reason = fmt.Sprintf("cancel request, event %d: %s", cr.N, r.Reason)
+			reason = cancelReason(cr)
 		}
 		_, err = run.Cancelled(wctx, reason)
 	case cause != nil:
