@@ -52,6 +52,9 @@ type drive struct {
 	interrupt *interrupt
 	// state is the session as the turn began.
 	state *state
+	// live is the session's live subject, named as the run starts (a
+	// streamed answer's events come from a timer's goroutine).
+	live string
 }
 
 func (d *drive) st() *state { return d.state }
@@ -85,6 +88,7 @@ func (d *drive) run(ctx context.Context, st *state, in Input, recs []*effectlog.
 		}
 	}
 	d.state = st
+	d.live, _ = n.client.Subjects().Live(d.s.id) // the session's id is checked: no error
 	d.recorded = make(map[turn.ReplayKey]*effectlog.Record, len(recs))
 	for _, r := range recs {
 		if err := d.attributed(ctx, r); err != nil {
@@ -421,7 +425,13 @@ func (d *drive) arrived(ctx context.Context, warn bool) (*answer, error) {
 	return a, err
 }
 
-func (d *drive) publish(ev live.Event) { d.s.publishLive(d.turn, ev) }
+// publish publishes a live event of the turn, on the subject named once a
+// run: a turn publishes several a round.
+func (d *drive) publish(ev live.Event) {
+	if d.live != "" {
+		d.s.publishLiveOn(d.live, d.turn, ev)
+	}
+}
 
 // publishLive publishes ev on the session's live subject (package live),
 // where the LIVE stream keeps it for watchers. Without waiting for the
@@ -432,6 +442,10 @@ func (s *Session) publishLive(turnID string, ev live.Event) {
 	if err != nil {
 		return
 	}
+	s.publishLiveOn(subj, turnID, ev)
+}
+
+func (s *Session) publishLiveOn(subj, turnID string, ev live.Event) {
 	ev.V, ev.Session, ev.Turn, ev.Node, ev.At = live.Version, s.id, turnID, s.n.runName, time.Now().UTC()
 	data, err := ev.AppendJSON(make([]byte, 0, 256))
 	if err != nil {

@@ -448,6 +448,9 @@ func (s *Session) commit(ctx context.Context, pos sessionlog.Position, id string
 // boundaries names a point around an effect twice: by kind ("after-record
 // llm-call") and by kind and id ("after-record llm-call 5").
 func (s *Session) boundaries(where string, e turn.Effect) error {
+	if s.n.opts.boundary == nil {
+		return nil // no names to build: most runs
+	}
 	name := where + " " + e.Kind().String()
 	if err := s.boundary(name); err != nil {
 		return err

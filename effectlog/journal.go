@@ -91,15 +91,24 @@ func New(s Store, opts ...Option) *Journal {
 }
 
 func (j *Journal) subjects(key turn.ReplayKey) (record, intent string, err error) {
-	if key.Effect == 0 {
-		return "", "", fmt.Errorf("%w: effect id 0 in %s", ErrInvalid, key)
+	if record, err = j.recordSubject(key); err != nil {
+		return "", "", err
 	}
-	sub := j.s.Subjects()
-	if record, err = sub.EffectRecord(key.Session, key.Turn, uint64(key.Effect), key.Call); err != nil {
-		return "", "", fmt.Errorf("%w: %v", ErrInvalid, err)
-	}
-	intent, err = sub.EffectIntent(key.Session, key.Turn, uint64(key.Effect), key.Call)
+	intent, err = j.s.Subjects().EffectIntent(key.Session, key.Turn, uint64(key.Effect), key.Call)
 	return record, intent, err
+}
+
+// recordSubject is the subject of key's record alone, for the writes and
+// reads that need no intent's.
+func (j *Journal) recordSubject(key turn.ReplayKey) (string, error) {
+	if key.Effect == 0 {
+		return "", fmt.Errorf("%w: effect id 0 in %s", ErrInvalid, key)
+	}
+	subj, err := j.s.Subjects().EffectRecord(key.Session, key.Turn, uint64(key.Effect), key.Call)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	return subj, nil
 }
 
 // Record journals the outcome of the effect at key, if no outcome is
@@ -108,7 +117,7 @@ func (j *Journal) subjects(key turn.ReplayKey) (record, intent string, err error
 // record was made for another request hash, it returns a
 // *NondeterminismError instead.
 func (j *Journal) Record(ctx context.Context, key turn.ReplayKey, hash turn.Hash, out Outcome) (rec *Record, won bool, err error) {
-	subj, _, err := j.subjects(key)
+	subj, err := j.recordSubject(key)
 	if err != nil {
 		return nil, false, err
 	}
@@ -148,7 +157,7 @@ func (j *Journal) Record(ctx context.Context, key turn.ReplayKey, hash turn.Hash
 // Lookup returns the recorded outcome for key, ErrNotRecorded, or a
 // *NondeterminismError when the record was made for another request.
 func (j *Journal) Lookup(ctx context.Context, key turn.ReplayKey, hash turn.Hash) (*Record, error) {
-	subj, _, err := j.subjects(key)
+	subj, err := j.recordSubject(key)
 	if err != nil {
 		return nil, err
 	}
@@ -289,7 +298,7 @@ func (j *Journal) InDoubt(ctx context.Context, key turn.ReplayKey) (bool, error)
 	case key.Call == "" || key.Effect <= 1:
 		return false, nil
 	}
-	cause, _, err := j.subjects(turn.ReplayKey{Session: key.Session, Turn: key.Turn, Effect: key.Effect - 1})
+	cause, err := j.recordSubject(turn.ReplayKey{Session: key.Session, Turn: key.Turn, Effect: key.Effect - 1})
 	if err != nil {
 		return false, err
 	}

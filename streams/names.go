@@ -206,8 +206,14 @@ func (s Subjects) EffectIntent(session, turn string, effect uint64, call string)
 	return s.effect(session, turn, effect, call, "i")
 }
 
+// effect and Live run for every record and live event: Token one id at a
+// time, without mustTokens' slice.
 func (s Subjects) effect(session, turn string, effect uint64, call, leaf string) (string, error) {
-	t, err := mustTokens(session, turn)
+	st, err := Token(session)
+	if err != nil {
+		return "", err
+	}
+	tt, err := Token(turn)
 	if err != nil {
 		return "", err
 	}
@@ -217,7 +223,7 @@ func (s Subjects) effect(session, turn string, effect uint64, call, leaf string)
 			return "", err
 		}
 	}
-	return s.prefix + ".fx." + t[0] + "." + t[1] + "." + strconv.FormatUint(effect, 10) + "." + c + "." + leaf, nil
+	return s.prefix + ".fx." + st + "." + tt + "." + strconv.FormatUint(effect, 10) + "." + c + "." + leaf, nil
 }
 
 // TurnEffects matches every journal subject of one turn.
@@ -288,11 +294,11 @@ func (s Subjects) Signals() string { return s.prefix + ".signal.>" }
 
 // Live is the ephemeral subject for a session's live events.
 func (s Subjects) Live(session string) (string, error) {
-	t, err := mustTokens(session)
+	t, err := Token(session)
 	if err != nil {
 		return "", err
 	}
-	return s.prefix + ".live." + t[0], nil
+	return s.prefix + ".live." + t, nil
 }
 
 // SignalRest returns the part of a signal subject after "<prefix>.signal.".

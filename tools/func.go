@@ -75,13 +75,15 @@ func Func[A any](name, description string, fn func(ctx context.Context, args A) 
 	if err != nil {
 		return nil, fmt.Errorf("%w: tool %q: %v", ErrInvalidSpec, name, err)
 	}
-	return &funcTool[A]{
+	t := &funcTool[A]{
 		spec:     turn.ToolSpec{Name: name, Description: description, Schema: text},
 		schema:   schema,
 		resolved: resolved,
 		timeout:  o.timeout,
 		fn:       fn,
-	}, nil
+	}
+	t.emptyProblem = t.check([]byte("{}"))
+	return t, nil
 }
 
 type funcTool[A any] struct {
@@ -90,6 +92,8 @@ type funcTool[A any] struct {
 	resolved *jsonschema.Resolved
 	timeout  time.Duration
 	fn       func(context.Context, A) (string, error)
+	// emptyProblem is what check says of {}, the arguments of many calls.
+	emptyProblem string
 }
 
 func (t *funcTool[A]) Spec() turn.ToolSpec    { return t.spec }
@@ -117,22 +121,13 @@ func (t *funcTool[A]) Call(ctx context.Context, raw json.RawMessage) (res Result
 func (t *funcTool[A]) decode(raw json.RawMessage) (A, string) {
 	var zero A
 	data := bytes.TrimSpace(raw)
-	if len(data) == 0 {
+	if len(data) == 0 || string(data) == "{}" {
+		if t.emptyProblem != "" {
+			return zero, t.emptyProblem
+		}
 		data = []byte("{}")
-	}
-	var inst any
-	if err := json.Unmarshal(data, &inst); err != nil {
-		var se *json.SyntaxError
-		if errors.As(err, &se) {
-			return zero, fmt.Sprintf("malformed JSON: %s (at byte %d)", se, se.Offset)
-		}
-		return zero, "malformed JSON: " + trimJSON(err)
-	}
-	if err := t.resolved.Validate(inst); err != nil {
-		if msg := explain(t.schema, inst, ""); msg != "" {
-			return zero, msg
-		}
-		return zero, err.Error()
+	} else if problem := t.check(data); problem != "" {
+		return zero, problem
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -145,6 +140,25 @@ func (t *funcTool[A]) decode(raw json.RawMessage) (A, string) {
 		return zero, trimJSON(err)
 	}
 	return args, ""
+}
+
+// check says what is wrong with data against the schema, or "".
+func (t *funcTool[A]) check(data []byte) string {
+	var inst any
+	if err := json.Unmarshal(data, &inst); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return fmt.Sprintf("malformed JSON: %s (at byte %d)", se, se.Offset)
+		}
+		return "malformed JSON: " + trimJSON(err)
+	}
+	if err := t.resolved.Validate(inst); err != nil {
+		if msg := explain(t.schema, inst, ""); msg != "" {
+			return msg
+		}
+		return err.Error()
+	}
+	return ""
 }
 
 func trimJSON(err error) string { return strings.TrimPrefix(err.Error(), "json: ") }

@@ -2,8 +2,11 @@ package turn
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
+	"sync"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -30,16 +33,31 @@ const maxCount = 1 << 32
 // canonicalHash hashes an effect kind and its request. The encoding is
 // msgpack of structs and slices only; maps would make it vary.
 func canonicalHash(k Kind, req any) Hash {
-	var buf bytes.Buffer
-	buf.WriteByte(byte(k))
-	enc := msgpack.NewEncoder(&buf)
-	if err := enc.Encode(req); err != nil {
+	he := hashers.Get().(*hashEncoder)
+	defer hashers.Put(he)
+	he.h.Reset()
+	he.h.Write([]byte{byte(k)})
+	if err := he.enc.Encode(req); err != nil {
 		// Requests are plain structs of strings, numbers and slices; an
 		// encoding failure is a bug, not an input error.
 		panic(fmt.Sprintf("turn: encoding %s request: %v", k, err))
 	}
-	return hashOf(buf.Bytes())
+	var sum Hash
+	he.h.Sum(sum[:0])
+	return sum
 }
+
+// hashEncoder encodes straight into a hash: no copy of the request, and
+// pooled, since every effect is hashed.
+type hashEncoder struct {
+	h   hash.Hash
+	enc *msgpack.Encoder
+}
+
+var hashers = sync.Pool{New: func() any {
+	h := sha256.New()
+	return &hashEncoder{h: h, enc: msgpack.NewEncoder(h)}
+}}
 
 // Snapshot encodes the machine's whole state. Restore with the same Config
 // yields the outstanding effect again, with the same id and request.
