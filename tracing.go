@@ -46,8 +46,8 @@ const (
 // effectSpan starts the span of effect e of the turn.
 func (d *drive) effectSpan(ctx context.Context, kind turn.Kind, id turn.EffectID) (context.Context, trace.Span) {
 	if d.s.n.opts.tracer == nil {
-		// Untraced: ctx keeps whatever span context it carries, as the
-		// no-op tracer would, without a span and its attributes per effect.
+		// Untraced: no span and attributes to build for each effect; ctx
+		// keeps the span it carries, which the no-op tracer would hide.
 		return ctx, noop.Span{}
 	}
 	return tracerOf(&d.s.n.opts).Start(ctx, "lash."+kind.String(), trace.WithAttributes(

@@ -1,7 +1,6 @@
 package turn
 
 import (
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"strconv"
@@ -87,8 +86,6 @@ func (h Hash) String() string { return hex.EncodeToString(h[:]) }
 
 // Short is the first 8 hex digits, for logs and test output.
 func (h Hash) Short() string { return hex.EncodeToString(h[:4]) }
-
-func hashOf(b []byte) Hash { return sha256.Sum256(b) }
 
 // Head is what every effect that expects an answer carries: its id, its
 // replay key and the hash of its request.
