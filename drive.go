@@ -55,6 +55,8 @@ type drive struct {
 	// live is the session's live subject, named as the run starts (a
 	// streamed answer's events come from a timer's goroutine).
 	live string
+	// render renders the requests the run records.
+	render renderer
 }
 
 func (d *drive) st() *state { return d.state }
@@ -203,7 +205,7 @@ func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) 
 		return nil, err
 	}
 	a.Took = time.Since(began)
-	a.Request = renderRequest(e)
+	a.Request = d.render.request(e)
 	if answersNext(a) {
 		a.Next = d.peek(ctx, false)
 	}
@@ -571,7 +573,7 @@ func (d *drive) claimCancels(ctx context.Context, batch *turn.ToolCalls, answers
 		if answers[i], owns[i], err = d.recordCall(ctx, pc, &a); err != nil {
 			return err
 		}
-		if err := d.s.boundary("after-record cancel " + pc.Call.ID); err != nil {
+		if err := d.s.boundaryCall("after-record cancel", pc.Call.ID); err != nil {
 			return err
 		}
 	}
@@ -659,7 +661,7 @@ func (d *drive) toolCall(ctx, ectx context.Context, pc turn.PendingCall, cause i
 			return nil, false, err
 		}
 	}
-	if err := d.s.boundary("before-record tool " + pc.Call.ID); err != nil {
+	if err := d.s.boundaryCall("before-record tool", pc.Call.ID); err != nil {
 		return nil, false, err
 	}
 	began := time.Now()
@@ -697,7 +699,7 @@ func (d *drive) toolCall(ctx, ectx context.Context, pc turn.PendingCall, cause i
 	if err != nil {
 		return nil, false, err
 	}
-	if err := d.s.boundary("after-record tool " + pc.Call.ID); err != nil {
+	if err := d.s.boundaryCall("after-record tool", pc.Call.ID); err != nil {
 		return nil, false, err
 	}
 	d.mu.Lock()

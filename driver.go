@@ -458,6 +458,15 @@ func (s *Session) boundaries(where string, e turn.Effect) error {
 	return s.boundary(fmt.Sprintf("%s %d", name, e.Head().ID))
 }
 
+// boundaryCall is boundary at a point of one tool call, named only when a
+// hook asks.
+func (s *Session) boundaryCall(where, callID string) error {
+	if s.n.opts.boundary == nil {
+		return nil
+	}
+	return s.n.opts.boundary(where + " " + callID)
+}
+
 // boundary lets tests stop the driver at a named point, as a crash would.
 func (s *Session) boundary(name string) error {
 	if s.n.opts.boundary == nil {

@@ -310,36 +310,63 @@ func compareOutcome(want, got *turn.Outcome) string {
 // A model request keeps its newest messages in full and leaves the earlier
 // ones out, so a record stays small however long the session is.
 func renderRequest(e turn.Effect) string {
+	var r renderer
+	return r.request(e)
+}
+
+// renderer renders requests, keeping the lines of the tools it rendered
+// last: a run's model calls share the tools the turn synced, and a line
+// takes a digest of the tool's schema.
+type renderer struct {
+	tools []turn.ToolSpec
+	lines string
+}
+
+func (r *renderer) request(e turn.Effect) string {
 	c, ok := e.(*turn.LLMCall)
 	if !ok {
 		return ""
 	}
-	req := c.Request
+	req := &c.Request
+	const keep = 32
+	from := max(len(req.Messages)-keep, 0)
+	tools := r.toolLines(req.Tools)
 	var b strings.Builder
-	fmt.Fprintf(&b, "model: %s\n", req.Model)
+	b.Grow(64 + len(tools) + 96*(len(req.Messages)-from))
+	b.WriteString("model: " + req.Model + "\n")
 	s := req.Sampling
 	if s.Temperature != nil || s.TopP != nil || s.MaxTokens != 0 || len(s.Stop) > 0 {
 		fmt.Fprintf(&b, "sampling: temperature=%v top_p=%v max_tokens=%d stop=%q\n", deref(s.Temperature), deref(s.TopP), s.MaxTokens, s.Stop)
 	}
-	for _, t := range req.Tools {
-		// Every model answer's record carries this: a tool is one short
-		// line whatever its schema's size, which the digest stands for
-		// (the tools' sync record has them whole).
-		sum := sha256.Sum256([]byte(t.Description + "\x00" + t.Schema))
-		fmt.Fprintf(&b, "tool %s %x: %s\n", t.Name, sum[:6], clipLine(t.Description, 120))
-	}
-	const keep = 32
-	from := 0
-	if len(req.Messages) > keep {
+	b.WriteString(tools)
+	if from > 0 {
 		// Rendering or hashing them again would cost every model call in
 		// proportion to the session's length: the request hash covers them.
-		from = len(req.Messages) - keep
 		fmt.Fprintf(&b, "messages 0-%d: not shown (the request hash covers them)\n", from-1)
 	}
 	for k := from; k < len(req.Messages); k++ {
 		writeMessage(&b, k, req.Messages[k])
 	}
 	return b.String()
+}
+
+// toolLines renders tools a line each: one short line whatever the
+// schema's size, which the digest stands for (the tools' sync record has
+// them whole). The same slice as last time gets the same lines.
+func (r *renderer) toolLines(tools []turn.ToolSpec) string {
+	if len(tools) == 0 {
+		return ""
+	}
+	if len(tools) == len(r.tools) && &tools[0] == &r.tools[0] {
+		return r.lines
+	}
+	var b strings.Builder
+	for _, t := range tools {
+		sum := sha256.Sum256([]byte(t.Description + "\x00" + t.Schema))
+		fmt.Fprintf(&b, "tool %s %x: %s\n", t.Name, sum[:6], clipLine(t.Description, 120))
+	}
+	r.tools, r.lines = tools, b.String()
+	return r.lines
 }
 
 func deref(f *float64) any {
@@ -383,7 +410,7 @@ func writeMessage(b *strings.Builder, k int, m turn.Message) {
 
 // renderCall writes a tool call's request as lines.
 func renderCall(pc turn.PendingCall) string {
-	s := fmt.Sprintf("call %s %s\n  arguments: %s\n", pc.Call.ID, pc.Call.Name, clipLine(pc.Call.Arguments, 2000))
+	s := "call " + pc.Call.ID + " " + pc.Call.Name + "\n  arguments: " + clipLine(pc.Call.Arguments, 2000) + "\n"
 	if d := pc.Decision; d != nil {
 		s += fmt.Sprintf("  decision %s: %s %q\n", d.ID, d.Mode, clipLine(d.Payload, 400))
 	}

@@ -180,8 +180,9 @@ func tooLarge(err error) bool {
 }
 
 func (c *Client) msg(p Publication) *nats.Msg {
-	m := nats.NewMsg(p.Subject)
-	m.Data = p.Data
+	// Room for publish's own headers too (msg id, expected sequence,
+	// TTL): a map that grows costs every record.
+	m := &nats.Msg{Subject: p.Subject, Data: p.Data, Header: make(nats.Header, len(p.Header)+3)}
 	for k, v := range p.Header {
 		m.Header[k] = v
 	}

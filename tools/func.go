@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -83,6 +84,7 @@ func Func[A any](name, description string, fn func(ctx context.Context, args A) 
 		fn:       fn,
 	}
 	t.emptyProblem = t.check([]byte("{}"))
+	t.emptyIsZero = reflect.TypeFor[A]().Kind() == reflect.Struct
 	return t, nil
 }
 
@@ -94,6 +96,9 @@ type funcTool[A any] struct {
 	fn       func(context.Context, A) (string, error)
 	// emptyProblem is what check says of {}, the arguments of many calls.
 	emptyProblem string
+	// emptyIsZero: A is a struct, which {} decodes to its zero value (a
+	// map or a pointer would get a fresh value each call).
+	emptyIsZero bool
 }
 
 func (t *funcTool[A]) Spec() turn.ToolSpec    { return t.spec }
@@ -122,7 +127,7 @@ func (t *funcTool[A]) decode(raw json.RawMessage) (A, string) {
 	var zero A
 	data := bytes.TrimSpace(raw)
 	if len(data) == 0 || string(data) == "{}" {
-		if t.emptyProblem != "" {
+		if t.emptyProblem != "" || t.emptyIsZero {
 			return zero, t.emptyProblem
 		}
 		data = []byte("{}")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -185,6 +186,48 @@ func TestFuncNoArguments(t *testing.T) {
 	res, _ := tool.Call(context.Background(), json.RawMessage(`{"at":1}`))
 	if want := `invalid arguments: unknown field "at" (arguments takes no fields)`; res.Output != want {
 		t.Errorf("got %q, want %q", res.Output, want)
+	}
+}
+
+// {} skips the decoder for a struct (its zero value is what {} decodes
+// to) but not for a map, whose callers may write to what they get.
+func TestFuncEmptyArguments(t *testing.T) {
+	type opts struct {
+		Limit int    `json:"limit,omitempty"`
+		Tag   string `json:"tag,omitempty"`
+	}
+	st, err := tools.Func("opts", "", func(ctx context.Context, a opts) (string, error) { return fmt.Sprintf("%+v", a), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range []string{`{}`, `{"limit":3}`, `{}`} {
+		want := "{Limit:0 Tag:}"
+		if args != "{}" {
+			want = "{Limit:3 Tag:}"
+		}
+		if res, err := st.Call(context.Background(), json.RawMessage(args)); err != nil || res.Output != want {
+			t.Errorf("Call(%s) = %+v, %v, want %s", args, res, err, want)
+		}
+	}
+	var seen []map[string]any
+	mt, err := tools.Func("bag", "", func(ctx context.Context, a map[string]any) (string, error) {
+		if a == nil {
+			return "nil", nil
+		}
+		a["touched"] = true
+		seen = append(seen, a)
+		return fmt.Sprint(len(a)), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if res, err := mt.Call(context.Background(), json.RawMessage(`{}`)); err != nil || res.Output != "1" {
+			t.Errorf("map Call({}) = %+v, %v, want a fresh empty map", res, err)
+		}
+	}
+	if len(seen) == 2 && reflect.ValueOf(seen[0]).Pointer() == reflect.ValueOf(seen[1]).Pointer() {
+		t.Error("two calls shared one map")
 	}
 }
 

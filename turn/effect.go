@@ -165,7 +165,7 @@ type Checkpoint struct {
 
 // CheckpointHash is the request hash of a checkpoint at c, for a driver
 // that read a checkpoint's answer before the machine asked for it.
-func CheckpointHash(c CheckpointKind) Hash { return canonicalHash(KindCheckpoint, c) }
+func CheckpointHash(c CheckpointKind) Hash { return checkpointHash(c) }
 
 // Sleep asks the driver to wait, durably: a replay after the sleep ended does
 // not sleep again. The machine uses it for provider retry backoff.

@@ -1,6 +1,10 @@
 package turn
 
-import "github.com/lash-run/lash/internal/pack"
+import (
+	"crypto/sha256"
+
+	"github.com/lash-run/lash/internal/pack"
+)
 
 // appendMessage appends m as msgpack.Marshal encodes it
 // (TestMessageEncodesAsMsgpack): request hashes cover every message the
@@ -34,14 +38,68 @@ func appendMessage(b []byte, m *Message) []byte {
 // messages, and in the model answers the driver journals.
 func AppendToolCalls(b []byte, calls []ToolCall) []byte {
 	b = pack.Array(b, len(calls))
-	for _, c := range calls {
-		b = pack.Map(b, 2+pack.Count(c.Arguments != ""))
-		b = pack.Str(pack.Str(pack.Str(pack.Str(b, "i"), c.ID), "n"), c.Name)
-		if c.Arguments != "" {
-			b = pack.Str(pack.Str(b, "a"), c.Arguments)
-		}
+	for i := range calls {
+		b = appendToolCall(b, &calls[i])
 	}
 	return b
+}
+
+func appendToolCall(b []byte, c *ToolCall) []byte {
+	b = pack.Map(b, 2+pack.Count(c.Arguments != ""))
+	b = pack.Str(pack.Str(pack.Str(pack.Str(b, "i"), c.ID), "n"), c.Name)
+	if c.Arguments != "" {
+		b = pack.Str(pack.Str(b, "a"), c.Arguments)
+	}
+	return b
+}
+
+func appendDecision(b []byte, d *Decision) []byte {
+	b = pack.Map(b, 3+pack.Count(d.Mode != 0, d.Payload != ""))
+	b = pack.Str(pack.Str(pack.Str(pack.Str(b, "i"), d.ID), "c"), d.CallID)
+	b = pack.Uint8(pack.Str(b, "a"), uint8(d.Action))
+	if d.Mode != 0 {
+		b = pack.Uint8(pack.Str(b, "m"), uint8(d.Mode))
+	}
+	if d.Payload != "" {
+		b = pack.Str(pack.Str(b, "p"), d.Payload)
+	}
+	return b
+}
+
+// The request hashes of the effects every tool round makes, over bytes
+// written by hand as canonicalHash's encoder writes the same values
+// (TestHandHashesMatch): they were most of a round's reflection.
+
+var syncToolsHash = Hash(sha256.Sum256([]byte{byte(KindSyncTools), 0xc0}))
+
+func checkpointHash(at CheckpointKind) Hash {
+	return sha256.Sum256([]byte{byte(KindCheckpoint), 0xcc, byte(at)})
+}
+
+func callHash(c *ToolCall, d *Decision) Hash {
+	var buf [256]byte
+	b := pack.Str(pack.Map(append(buf[:0], byte(KindToolCall)), 2), "c")
+	b = pack.Str(appendToolCall(b, c), "d")
+	if d == nil {
+		b = pack.Nil(b)
+	} else {
+		b = appendDecision(b, d)
+	}
+	return sha256.Sum256(b)
+}
+
+func callsHash(hashes []Hash) Hash {
+	var buf [256]byte
+	b := append(buf[:0], byte(KindToolCalls))
+	if hashes == nil {
+		b = pack.Nil(b)
+	} else {
+		b = pack.Array(b, len(hashes))
+	}
+	for i := range hashes {
+		b = pack.Bin(b, hashes[i][:])
+	}
+	return sha256.Sum256(b)
 }
 
 // AppendMessages appends msgs as msgpack encodes a []Message (nil as nil):

@@ -35,7 +35,51 @@ func FuzzMessageEncodesAsMsgpack(f *testing.F) {
 			m.ToolCalls = append(m.ToolCalls, ToolCall{ID: id, Name: name, Arguments: args})
 		}
 		same(t, appendMessage(nil, &m), &m)
+		// The same strings as a call and the decision that resumed it.
+		c := ToolCall{ID: id, Name: name, Arguments: args}
+		d := &Decision{ID: text, CallID: id, Action: Action(role), Mode: ResumeMode(calls), Payload: args}
+		sameHashes(t, &c, d)
 	})
+}
+
+// callRequest is what one tool call's hash covers, by reflection.
+type callRequest struct {
+	Call     ToolCall  `msgpack:"c"`
+	Decision *Decision `msgpack:"d"`
+}
+
+func sameHashes(t *testing.T, c *ToolCall, d *Decision) {
+	t.Helper()
+	if got, want := callHash(c, d), canonicalHash(KindToolCall, callRequest{Call: *c, Decision: d}); got != want {
+		t.Fatalf("callHash(%+v, %+v) = %x, canonicalHash %x", c, d, got, want)
+	}
+	if got, want := callHash(c, nil), canonicalHash(KindToolCall, callRequest{Call: *c}); got != want {
+		t.Fatalf("callHash(%+v, nil) = %x, canonicalHash %x", c, got, want)
+	}
+}
+
+// The hand-written request hashes of a round's effects are the ones
+// canonicalHash gave before them: a journal recorded by either replays.
+func TestHandHashesMatch(t *testing.T) {
+	if got, want := syncToolsHash, canonicalHash(KindSyncTools, nil); got != want {
+		t.Errorf("sync tools: %x, want %x", got, want)
+	}
+	for at := range CheckpointKind(255) {
+		if got, want := checkpointHash(at), canonicalHash(KindCheckpoint, at); got != want {
+			t.Fatalf("checkpoint %d: %x, want %x", at, got, want)
+		}
+	}
+	long := strings.Repeat("x", 70000)
+	for _, c := range []ToolCall{{}, {ID: "c1", Name: "weather"}, {ID: "c1", Name: "weather", Arguments: `{"city":"Oslo"}`}, {ID: long, Name: "n", Arguments: long}} {
+		for _, d := range []*Decision{{}, {ID: "d1", CallID: "c1", Action: Resume}, {ID: "d1", CallID: "c1", Action: 2, Mode: 1, Payload: long}} {
+			sameHashes(t, &c, d)
+		}
+	}
+	for _, hs := range [][]Hash{nil, {}, {{1}}, make([]Hash, 16), make([]Hash, 70000)} {
+		if got, want := callsHash(hs), canonicalHash(KindToolCalls, hs); got != want {
+			t.Errorf("%d calls: %x, want %x", len(hs), got, want)
+		}
+	}
 }
 
 func same(t *testing.T, got []byte, v any) {

@@ -670,13 +670,13 @@ func (m *Machine) build() Effect {
 	}
 	switch st.Phase {
 	case phaseSync:
-		return &SyncTools{H: head(KindSyncTools, canonicalHash(KindSyncTools, nil))}
+		return &SyncTools{H: head(KindSyncTools, syncToolsHash)}
 	case phaseLLM:
 		return &LLMCall{H: head(KindLLMCall, m.llmRequestHash(st.Request)), Attempt: st.Attempt, Request: *st.Request}
 	case phaseSleep:
 		return &Sleep{H: head(KindSleep, canonicalHash(KindSleep, st.SleepFor)), Duration: st.SleepFor, Reason: "provider retry backoff"}
 	case phaseCheckpoint:
-		return &Checkpoint{H: head(KindCheckpoint, canonicalHash(KindCheckpoint, st.At)), At: st.At}
+		return &Checkpoint{H: head(KindCheckpoint, checkpointHash(st.At)), At: st.At}
 	case phaseAwait:
 		return &AwaitEvent{H: head(KindAwaitEvent, canonicalHash(KindAwaitEvent, st.AwaitFor)), Name: "decisions", Timeout: st.AwaitFor}
 	case phaseTools:
@@ -686,24 +686,18 @@ func (m *Machine) build() Effect {
 			if c.Round != st.Round || !c.Exec {
 				continue
 			}
-			h := canonicalHash(KindToolCall, callRequest{Call: c.Call, Decision: c.Decision})
+			h := callHash(&c.Call, c.Decision)
 			key := head(KindToolCall, h).Key
 			key.Call = c.Call.ID
 			e.Calls = append(e.Calls, PendingCall{Call: c.Call, Key: key, Hash: h, Decision: c.Decision})
 			hashes = append(hashes, h)
 		}
-		e.H = head(KindToolCalls, canonicalHash(KindToolCalls, hashes))
+		e.H = head(KindToolCalls, callsHash(hashes))
 		return e
 	case phaseDone:
 		return &Done{Outcome: m.outcome()}
 	}
 	return nil
-}
-
-// callRequest is what one tool call's hash covers.
-type callRequest struct {
-	Call     ToolCall  `msgpack:"c"`
-	Decision *Decision `msgpack:"d"`
 }
 
 func (m *Machine) outcome() Outcome {
