@@ -6,11 +6,12 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// encodeAnswer encodes a as msgpack.Marshal does. The answers of model
-// calls and tool calls, with the checkpoint's answer they carry when it
-// found nothing, are written by hand (TestAnswerEncodesAsMsgpack): they
-// are most records, and reflection was most of their cost. The rest
-// (tool specs, messages, decisions, inputs) go through msgpack.
+// encodeAnswer encodes a as msgpack.Marshal does. The answers of tool
+// syncs, model calls and tool calls, with the checkpoint's answer they
+// carry when it found nothing, are written by hand
+// (TestAnswerEncodesAsMsgpack): they are most records, and reflection was
+// most of their cost. The rest (messages, decisions, inputs) go through
+// msgpack.
 func encodeAnswer(a *answer) ([]byte, error) {
 	if b, ok := a.append(make([]byte, 0, 128+len(a.Request))); ok {
 		return b, nil
@@ -18,13 +19,13 @@ func encodeAnswer(a *answer) ([]byte, error) {
 	return msgpack.Marshal(a)
 }
 
-// plain says a holds only what append writes: strings, numbers, flags
-// and model answers. Such an answer reads back from its record as it is,
+// plain says a holds only what append writes: strings, numbers, flags,
+// tools and model answers. Such an answer reads back from its record as it is,
 // but for empty slices, which come back nil: a run that wrote its record
 // uses it as it is, without decoding the record, after asNil.
 func (a *answer) plain() bool {
 	for ; a != nil; a = a.Next {
-		if len(a.Tools) > 0 || len(a.Messages) > 0 || len(a.Decisions) > 0 || len(a.Refused) > 0 || len(a.Inputs) > 0 {
+		if len(a.Messages) > 0 || len(a.Decisions) > 0 || len(a.Refused) > 0 || len(a.Inputs) > 0 {
 			return false
 		}
 	}
@@ -51,11 +52,25 @@ func nilIfEmpty[S ~[]E, E any](s S) S {
 
 // append appends a, or says it holds a field it does not write.
 func (a *answer) append(b []byte) ([]byte, bool) {
-	if len(a.Tools) > 0 || len(a.Messages) > 0 || len(a.Decisions) > 0 || len(a.Refused) > 0 || len(a.Inputs) > 0 {
+	if len(a.Messages) > 0 || len(a.Decisions) > 0 || len(a.Refused) > 0 || len(a.Inputs) > 0 {
 		return nil, false
 	}
-	b = pack.Map(b, pack.Count(a.Response != nil, a.CallErr != nil, a.Result != nil, a.TimedOut, a.Cursor != 0,
+	b = pack.Map(b, pack.Count(len(a.Tools) > 0, a.Response != nil, a.CallErr != nil, a.Result != nil, a.TimedOut, a.Cursor != 0,
 		a.Cancel != nil, a.Took != 0, a.Request != "", a.Next != nil))
+	if len(a.Tools) > 0 {
+		// Every turn's first record: the tools the node offers.
+		b = pack.Array(pack.Str(b, "tools"), len(a.Tools))
+		for _, t := range a.Tools {
+			b = pack.Map(b, 1+pack.Count(t.Description != "", t.Schema != ""))
+			b = pack.Str(pack.Str(b, "n"), t.Name)
+			if t.Description != "" {
+				b = pack.Str(pack.Str(b, "d"), t.Description)
+			}
+			if t.Schema != "" {
+				b = pack.Str(pack.Str(b, "s"), t.Schema)
+			}
+		}
+	}
 	if r := a.Response; r != nil {
 		b = appendResponse(pack.Str(b, "resp"), r)
 	}

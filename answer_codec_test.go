@@ -28,8 +28,10 @@ func TestAnswerEncodesAsMsgpack(t *testing.T) {
 		{Result: &turn.ToolResult{CallID: "c1", Status: turn.ToolOK, Output: "ok"}, Took: 5, Next: &answer{Cursor: 1 << 33}},
 		{Result: &turn.ToolResult{Status: turn.ToolPending}, TimedOut: true, Cancel: &empty},
 		{Cancel: &reason, Cursor: 7, Next: &answer{Next: &answer{}}},
-		// Written through msgpack.
 		{Tools: []turn.ToolSpec{{Name: "weather"}}},
+		{Tools: []turn.ToolSpec{{Name: "weather", Description: "today's", Schema: `{"type":"object"}`}, {Schema: long}, {Description: "d"}}, Took: 3},
+		{Tools: make([]turn.ToolSpec, 17), Next: &answer{Tools: []turn.ToolSpec{{Name: "n"}}}},
+		// Written through msgpack.
 		{Messages: []turn.Message{{Role: turn.RoleUser, Text: "hi"}}, Cursor: 3},
 		{Refused: []string{"k: too large"}},
 		{Inputs: []sessionlog.InputUse{{Seq: 4, Key: "k"}}},
@@ -89,6 +91,11 @@ func FuzzAnswerEncodesAsMsgpack(f *testing.F) {
 		}
 		if shape&32 != 0 {
 			a.Refused = []string{text}
+		}
+		if shape&64 != 0 {
+			for range int(status % 20) {
+				a.Tools = append(a.Tools, turn.ToolSpec{Name: name, Description: text, Schema: args})
+			}
 		}
 		a.Cursor, a.Took, a.Request, a.TimedOut = cursor, time.Duration(took), req, flag
 		want, err := msgpack.Marshal(&a)

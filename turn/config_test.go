@@ -36,3 +36,19 @@ func TestNegativeBackoffSleepsZero(t *testing.T) {
 		t.Fatalf("outstanding %s, want a zero Sleep", describeEffect(e))
 	}
 }
+
+// A history the machine hashes itself is checked message by message; one
+// that comes with its digest is the driver's kept history of earlier
+// turns, taken as it is, so a turn's start does not grow with the session.
+func TestHistoryCheckedUnlessDigested(t *testing.T) {
+	history := []Message{{Role: RoleUser, Text: "hi"}, {Role: 0, Text: "no role"}}
+	start := Start{Session: "s", Turn: "t", History: history}
+	if _, err := New(Config{}, start); !errors.Is(err, ErrInvalidStart) || !strings.Contains(err.Error(), "history message 1") {
+		t.Fatalf("New without a digest: %v, want ErrInvalidStart naming message 1", err)
+	}
+	d := Digest{}.Extend(history...)
+	start.HistoryDigest = &d
+	if _, err := New(Config{}, start); err != nil {
+		t.Fatalf("New with the history's digest: %v", err)
+	}
+}

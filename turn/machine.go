@@ -170,8 +170,8 @@ func validateStart(s Start) error {
 	if s.Session == "" || s.Turn == "" {
 		return fmt.Errorf("%w: session and turn ids are required", ErrInvalidStart)
 	}
-	for i, msg := range s.History {
-		if !msg.Role.valid() {
+	for i := 0; s.HistoryDigest == nil && i < len(s.History); i++ {
+		if !s.History[i].Role.valid() {
 			return fmt.Errorf("%w: history message %d has no valid role", ErrInvalidStart, i)
 		}
 	}

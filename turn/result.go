@@ -176,7 +176,10 @@ type Start struct {
 	History []Message
 	// HistoryDigest, when set, must be Digest{}.Extend(History...): a
 	// driver that keeps it along spares the machine hashing the whole
-	// history at every turn. Nil computes it.
+	// history at every turn. Nil computes it. With it the machine takes
+	// History as the messages of earlier turns, checked as they were
+	// made, and does not look at each again: a turn's work does not grow
+	// with the session.
 	HistoryDigest *Digest
 	// Frame, when set, is History with one free element before it:
 	// Frame[1:] is History, in the same array, and Frame's capacity past

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -178,8 +179,10 @@ type Result struct {
 	Value float64
 	Unit  string
 	// Floor is what the same work costs in raw JetStream operations (or
-	// the figure it is compared with), in Unit; Ratio is Value/Floor. For
-	// a time below 1 is better, for a rate above 1; Note says which.
+	// the figure it is compared with), in Unit; Ratio is Value/Floor, or
+	// where each sample is timed with a floor of its own, the median of
+	// the samples' ratios (Note says). For a time below 1 is better, for a
+	// rate above 1; Note says which.
 	Floor float64
 	Ratio float64
 	Note  string
@@ -206,6 +209,15 @@ func median(ds []time.Duration) time.Duration {
 	}
 	s := append([]time.Duration(nil), ds...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[len(s)/2]
+}
+
+func medianOf(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
 	return s[len(s)/2]
 }
 

@@ -27,8 +27,11 @@ const (
 // between the turns: the ratio), and against the sum of each one's median
 // timed alone (the note). The sequence is the fairer floor: a turn is a
 // sum of round trips, and the median of a sum is not the sum of medians
-// when each is skewed.
+// when each is skewed. Each sample pairs a turn with the sequence timed
+// right after it, and the ratio is the median of the samples' ratios (the
+// machine's speed drifts): at least latencySamples of them.
 func Latency(ctx context.Context, e *Env, f Floor, n int) (Result, error) {
+	n = max(n, latencySamples)
 	commits := make(chan struct{}, 1)
 	node, nc, err := e.node("latency", loopScript(0), lash.WithObserver(func(ev lash.Event) {
 		if ev.Kind == lash.EventTurnCommitted {
@@ -83,16 +86,31 @@ func Latency(ctx context.Context, e *Env, f Floor, n int) (Result, error) {
 	perTurn := float64(nc.Stats().OutMsgs-sent) / float64(n)
 	alone := f.Hop + turnWrites*median(cas) + turnReads*f.Read
 	got, floor := median(took), median(seq)
+	ratios := make([]float64, len(took))
+	for i := range took {
+		ratios[i] = float64(took[i]) / float64(seq[i])
+	}
 	return Result{Name: "input to commit, 3-effect turn (" + e.Mode() + ")", Value: ms(got), Unit: "ms", Floor: ms(floor),
-		Ratio: float64(got) / float64(floor), Note: fmt.Sprintf("floor: its round trips raw, one after another (hop + %d CAS + %d reads); %.1f messages from the node per turn; the same timed alone %.3f ms, %.2fx", turnWrites, turnReads, perTurn, ms(alone), float64(got)/float64(alone))}, nil
+		Ratio: medianOf(ratios), Note: fmt.Sprintf("floor: its round trips raw, one after another (hop + %d CAS + %d reads), timed after each turn, the median of %d samples' ratios; their medians %.2fx; %.1f messages from the node per turn; the same timed alone %.3f ms, %.2fx",
+			turnWrites, turnReads, len(took), float64(got)/float64(floor), perTurn, ms(alone), float64(got)/float64(alone))}, nil
 }
+
+// latencySamples is the fewest samples Latency takes.
+const latencySamples = 200
 
 // EffectCost is what one more effect adds to a turn: turns of 8 tool
 // rounds against turns of none, per effect they add, against a raw CAS
 // publish timed between the turns (the ratio), and against the round trips
 // of a tool round done raw, per effect (the note's "raw tool round").
+//
+// An effect is a small difference between two turns' times, on machines
+// whose speed drifts by half within seconds, so each sample pairs a turn
+// of rounds, a turn without and a run of CAS publishes timed right after
+// them, and the ratio is the median of the samples' ratios; it takes at
+// least effectSamples of them.
 func EffectCost(ctx context.Context, e *Env, n int) (Result, error) {
 	const rounds = 8
+	n = max(n, effectSamples)
 	node, nc, err := e.node("effects", loopScript(rounds))
 	if err != nil {
 		return Result{}, err
@@ -166,13 +184,23 @@ func EffectCost(ctx context.Context, e *Env, n int) (Result, error) {
 	if longFx <= shortFx {
 		return Result{}, fmt.Errorf("effect cost: %d effects with rounds, %d without", longFx, shortFx)
 	}
-	per := (median(long) - median(short)) / time.Duration(longFx-shortFx)
-	floor, one := median(runs), median(cas)
-	return Result{Name: "effect cost (" + e.Mode() + ")", Value: ms(per), Unit: "ms", Floor: ms(floor), Ratio: float64(per) / float64(floor),
-		Note: fmt.Sprintf("(turn of %d effects - turn of %d) / %d; floor: a CAS publish in a run of %d (the records the rounds add); one CAS alone %.3f ms, %.2fx; a raw tool round per effect %.3f ms, %.2fx; %.1f messages from the node a round",
-			longFx, shortFx, longFx-shortFx, 2*rounds, ms(one), float64(per)/float64(one), ms(median(rawRounds)/3), float64(per)/float64(median(rawRounds)/3),
-			float64(sent)/float64(n*rounds))}, nil
+	fx := time.Duration(longFx - shortFx)
+	pers := make([]time.Duration, len(long))
+	ratios := make([]float64, len(long))
+	for i := range long {
+		pers[i] = (long[i] - short[i]) / fx
+		ratios[i] = float64(pers[i]) / float64(runs[i])
+	}
+	per, floor, one := median(pers), median(runs), median(cas)
+	apart := (median(long) - median(short)) / fx
+	return Result{Name: "effect cost (" + e.Mode() + ")", Value: ms(per), Unit: "ms", Floor: ms(floor), Ratio: medianOf(ratios),
+		Note: fmt.Sprintf("(turn of %d effects - turn of %d) / %d, against a CAS publish in a run of %d (the records the rounds add) timed with it, the median of %d samples' ratios; their medians apart %.3f ms, %.2fx; one CAS alone %.3f ms, %.2fx; a raw tool round per effect %.3f ms, %.2fx; %.1f messages from the node a round",
+			longFx, shortFx, longFx-shortFx, 2*rounds, len(long), ms(apart), float64(apart)/float64(floor), ms(one), float64(per)/float64(one),
+			ms(median(rawRounds)/3), float64(per)/float64(median(rawRounds)/3), float64(sent)/float64(n*rounds))}, nil
 }
+
+// effectSamples is the fewest samples EffectCost takes: a few seconds.
+const effectSamples = 400
 
 // Throughput runs turns on that many sessions at once, each sending its
 // next input when its last turn committed, and returns turns per second.
@@ -219,8 +247,10 @@ func Throughput(ctx context.Context, e *Env, sessions, turnsEach, rounds int, ta
 // History times turns on sessions that have committed h turns, against
 // the same on the first (a session of one turn): the sessions are built
 // first, then their turns are timed in turn, so that drift in the
-// machine's speed falls on all alike.
+// machine's speed falls on all alike, and the ratio is the median of each
+// round's ratios (at least historySamples rounds).
 func History(ctx context.Context, e *Env, hs []int, n int) ([]Result, error) {
+	n = max(n, historySamples)
 	node, nc, err := e.node("history", loopScript(0))
 	if err != nil {
 		return nil, err
@@ -260,11 +290,19 @@ func History(ctx context.Context, e *Env, hs []int, n int) ([]Result, error) {
 	base := median(took[0])
 	for k, h := range hs {
 		got := median(took[k])
+		ratios := make([]float64, n)
+		for i := range n {
+			ratios[i] = float64(took[k][i]) / float64(took[0][i])
+		}
 		out = append(out, Result{Name: fmt.Sprintf("turn at history %d (%s)", h, e.Mode()), Value: ms(got), Unit: "ms",
-			Floor: ms(base), Ratio: float64(got) / float64(base), Note: fmt.Sprintf("floor: a turn at history %d", hs[0])})
+			Floor: ms(base), Ratio: medianOf(ratios), Note: fmt.Sprintf("floor: a turn at history %d timed with it, the median of %d samples' ratios; their medians %.2fx",
+				hs[0], n, float64(got)/float64(base))})
 	}
 	return out, nil
 }
+
+// historySamples is the fewest rounds History times.
+const historySamples = 200
 
 // toolRounds is how many tool rounds the turns of the second effects/s
 // figure make: turns of 3 + 3*toolRounds effects.
