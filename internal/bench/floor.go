@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -84,6 +85,14 @@ func (e *Env) CAS(ctx context.Context, n int) ([]time.Duration, error) {
 		start := time.Now()
 		ack, err := e.js.Publish(ctx, "floor.cas", []byte("0123456789abcdef0123456789abcdef"),
 			jetstream.WithMsgID(fmt.Sprintf("cas-%d-%d", time.Now().UnixNano(), i)), jetstream.WithExpectLastSequencePerSubject(e.casLast))
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == 10164 {
+			// A replicated stream still applying the subject's last
+			// write refuses the next one: nothing landed, the sample is
+			// dropped and the next goes again a moment later.
+			time.Sleep(time.Millisecond)
+			continue
+		}
 		if err != nil {
 			// A publish the client repeated (a replicated stream's leader
 			// changed) may have landed before: take the head and go on. A
