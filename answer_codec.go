@@ -59,17 +59,7 @@ func (a *answer) append(b []byte) ([]byte, bool) {
 		a.Cancel != nil, a.Took != 0, a.Request != "", a.Next != nil))
 	if len(a.Tools) > 0 {
 		// Every turn's first record: the tools the node offers.
-		b = pack.Array(pack.Str(b, "tools"), len(a.Tools))
-		for _, t := range a.Tools {
-			b = pack.Map(b, 1+pack.Count(t.Description != "", t.Schema != ""))
-			b = pack.Str(pack.Str(b, "n"), t.Name)
-			if t.Description != "" {
-				b = pack.Str(pack.Str(b, "d"), t.Description)
-			}
-			if t.Schema != "" {
-				b = pack.Str(pack.Str(b, "s"), t.Schema)
-			}
-		}
+		b = turn.AppendToolSpecs(pack.Str(b, "tools"), a.Tools)
 	}
 	if r := a.Response; r != nil {
 		b = appendResponse(pack.Str(b, "resp"), r)

@@ -6,8 +6,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash"
-
-	"github.com/vmihailenco/msgpack/v5"
 )
 
 // RequestHashing names how the machine hashes requests. It changes when a
@@ -74,13 +72,8 @@ func (m *Machine) headHash(req *ModelRequest) hash.Hash {
 	same := m.headState != nil && len(req.Tools) == len(m.headTools) && req.Model == m.headModel &&
 		(len(req.Tools) == 0 || &req.Tools[0] == &m.headTools[0])
 	if !same {
-		head := *req
-		head.Messages = nil
 		h := sha256.New()
-		h.Write([]byte{byte(KindLLMCall)})
-		if err := msgpack.NewEncoder(h).Encode(&head); err != nil {
-			panic(fmt.Sprintf("turn: encoding %s request: %v", KindLLMCall, err))
-		}
+		h.Write(appendRequestHead([]byte{byte(KindLLMCall)}, req))
 		state, err := h.(encoding.BinaryMarshaler).MarshalBinary()
 		if err != nil {
 			panic(fmt.Sprintf("turn: keeping a hash's state: %v", err))

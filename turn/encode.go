@@ -44,6 +44,50 @@ func AppendToolCalls(b []byte, calls []ToolCall) []byte {
 	return b
 }
 
+// AppendToolSpecs appends a non-empty list of tool specs as msgpack encodes
+// it: in request hashes, and in the tools' sync answers the driver journals.
+func AppendToolSpecs(b []byte, specs []ToolSpec) []byte {
+	b = pack.Array(b, len(specs))
+	for i := range specs {
+		t := &specs[i]
+		b = pack.Str(pack.Str(pack.Map(b, 1+pack.Count(t.Description != "", t.Schema != "")), "n"), t.Name)
+		if t.Description != "" {
+			b = pack.Str(pack.Str(b, "d"), t.Description)
+		}
+		if t.Schema != "" {
+			b = pack.Str(pack.Str(b, "s"), t.Schema)
+		}
+	}
+	return b
+}
+
+// appendRequestHead appends req without its messages (as nil), as
+// msgpack encodes it: what a model call's hash starts with.
+func appendRequestHead(b []byte, req *ModelRequest) []byte {
+	b = pack.Nil(pack.Str(pack.Str(pack.Str(pack.Map(b, 3+pack.Count(len(req.Tools) > 0)), "m"), req.Model), "g"))
+	if len(req.Tools) > 0 {
+		b = AppendToolSpecs(pack.Str(b, "t"), req.Tools)
+	}
+	s := &req.Sampling
+	b = pack.Map(pack.Str(b, "s"), pack.Count(s.Temperature != nil, s.TopP != nil, s.MaxTokens != 0, len(s.Stop) > 0))
+	if s.Temperature != nil {
+		b = pack.Float64(pack.Str(b, "t"), *s.Temperature)
+	}
+	if s.TopP != nil {
+		b = pack.Float64(pack.Str(b, "p"), *s.TopP)
+	}
+	if s.MaxTokens != 0 {
+		b = pack.Int(pack.Str(b, "m"), s.MaxTokens)
+	}
+	if len(s.Stop) > 0 {
+		b = pack.Array(pack.Str(b, "s"), len(s.Stop))
+		for _, stop := range s.Stop {
+			b = pack.Str(b, stop)
+		}
+	}
+	return b
+}
+
 func appendToolCall(b []byte, c *ToolCall) []byte {
 	b = pack.Map(b, 2+pack.Count(c.Arguments != ""))
 	b = pack.Str(pack.Str(pack.Str(pack.Str(b, "i"), c.ID), "n"), c.Name)

@@ -35,11 +35,40 @@ func FuzzMessageEncodesAsMsgpack(f *testing.F) {
 			m.ToolCalls = append(m.ToolCalls, ToolCall{ID: id, Name: name, Arguments: args})
 		}
 		same(t, appendMessage(nil, &m), &m)
-		// The same strings as a call and the decision that resumed it.
+		// The same strings as a call and the decision that resumed it, and
+		// as a request's head.
 		c := ToolCall{ID: id, Name: name, Arguments: args}
 		d := &Decision{ID: text, CallID: id, Action: Action(role), Mode: ResumeMode(calls), Payload: args}
 		sameHashes(t, &c, d)
+		req := ModelRequest{Model: name, Sampling: Sampling{MaxTokens: int(calls) - 100}}
+		for range calls % 5 {
+			req.Tools = append(req.Tools, ToolSpec{Name: name, Description: text, Schema: args})
+			req.Sampling.Stop = append(req.Sampling.Stop, text)
+		}
+		if isErr {
+			f := float64(role) / 3
+			req.Sampling.Temperature, req.Sampling.TopP = &f, &f
+		}
+		same(t, appendRequestHead(nil, &req), &req)
 	})
+}
+
+// A model request without its messages encodes as msgpack encodes it: the
+// start of every model call's hash.
+func TestRequestHeadEncodesAsMsgpack(t *testing.T) {
+	zero, temp, topP := 0.0, 0.7, 1e-300
+	long := strings.Repeat("s", 70000)
+	for _, req := range []ModelRequest{
+		{},
+		{Model: "m", Messages: []Message{{Role: RoleUser, Text: "dropped"}}},
+		{Model: "gpt", Tools: []ToolSpec{{Name: "weather", Description: "today's", Schema: `{"type":"object"}`}, {Name: "n"}, {Schema: long}}},
+		{Tools: make([]ToolSpec, 17), Sampling: Sampling{Temperature: &zero, TopP: &topP, MaxTokens: 1 << 20, Stop: []string{"a", ""}}},
+		{Sampling: Sampling{Temperature: &temp, MaxTokens: -3, Stop: []string{}}, Tools: []ToolSpec{}},
+	} {
+		head := req
+		head.Messages = nil
+		same(t, appendRequestHead(nil, &req), &head)
+	}
 }
 
 // callRequest is what one tool call's hash covers, by reflection.

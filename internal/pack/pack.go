@@ -84,6 +84,11 @@ func Int64(b []byte, v int64) []byte {
 	return binary.BigEndian.AppendUint64(append(b, 0xd3), uint64(v))
 }
 
+// Float64 appends a float64: nine bytes.
+func Float64(b []byte, v float64) []byte {
+	return binary.BigEndian.AppendUint64(append(b, 0xcb), math.Float64bits(v))
+}
+
 // Int appends an int field's value in the fewest bytes.
 func Int(b []byte, v int) []byte {
 	n := int64(v)

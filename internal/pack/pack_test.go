@@ -31,6 +31,9 @@ func TestEdgesAreMsgpacks(t *testing.T) {
 		check(Bin(nil, []byte(s)), []byte(s))
 	}
 	check(Bin(nil, nil), []byte(nil))
+	for _, f := range []float64{0, 0.7, -1, math.MaxFloat64, math.SmallestNonzeroFloat64, math.Inf(-1), 1e-300} {
+		check(Float64(nil, f), f)
+	}
 	check(Uint8(nil, 200), uint8(200))
 	check(Bool(Bool(nil, true), false)[:1], true)
 	for _, n := range []int{0, 15, 16, 65535, 65536} {
