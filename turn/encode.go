@@ -110,9 +110,10 @@ func appendDecision(b []byte, d *Decision) []byte {
 	return b
 }
 
-// The request hashes of the effects every tool round makes, over bytes
-// written by hand as canonicalHash's encoder writes the same values
-// (TestHandHashesMatch): they were most of a round's reflection.
+// The request hashes of a turn's sync and of the effects every tool round
+// makes, over bytes written by hand as canonicalHash's encoder writes the
+// same values (TestHandHashesMatch): they were most of a round's
+// reflection.
 
 var syncToolsHash = Hash(sha256.Sum256([]byte{byte(KindSyncTools), 0xc0}))
 
