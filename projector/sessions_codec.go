@@ -224,11 +224,7 @@ func decodeInputUses(d *msgpack.Decoder) ([]sessionlog.InputUse, error) {
 			case "k":
 				u.Key, err = d.DecodeString()
 			case "h":
-				var h []byte
-				if h, err = d.DecodeBytes(); err == nil && len(h) != len(u.Hash) {
-					err = fmt.Errorf("hash of %d bytes", len(h))
-				}
-				copy(u.Hash[:], h)
+				err = sessionlog.DecodeHash(d, &u.Hash)
 			case "d":
 				u.Duplicate, err = d.DecodeUint64()
 			case "r":

@@ -188,11 +188,7 @@ func readEntry(d *msgpack.Decoder, e *Entry) error {
 		case "u":
 			e.Turn, err = d.DecodeString()
 		case "h":
-			var h []byte
-			if h, err = d.DecodeBytes(); err == nil && len(h) != len(e.Hash) {
-				err = fmt.Errorf("hash of %d bytes", len(h))
-			}
-			copy(e.Hash[:], h)
+			err = DecodeHash(d, &e.Hash)
 		case "b":
 			e.Body, err = d.DecodeBytes()
 		case "z":
@@ -209,4 +205,15 @@ func readEntry(d *msgpack.Decoder, e *Entry) error {
 		}
 	}
 	return nil
+}
+
+// DecodeHash reads a sha256 written as msgpack bytes into h: anything but
+// 32 bytes is an error.
+func DecodeHash(d *msgpack.Decoder, h *[32]byte) error {
+	b, err := d.DecodeBytes()
+	if err == nil && len(b) != len(h) {
+		err = fmt.Errorf("hash of %d bytes", len(b))
+	}
+	copy(h[:], b)
+	return err
 }
