@@ -31,10 +31,10 @@ func (b *bodySummary) decode(data []byte) error {
 	d := msgpack.GetDecoder()
 	defer msgpack.PutDecoder(d)
 	d.Reset(r)
-	err := mapFields(d, func(k string) (err error) {
+	err := sessionlog.DecodeMap(d, func(k string) (err error) {
 		switch k {
 		case "o":
-			return mapFields(d, b.outcomeField(d))
+			return sessionlog.DecodeMap(d, b.outcomeField(d))
 		case "c":
 			b.InputCursor, err = d.DecodeUint64()
 			return err
@@ -65,7 +65,7 @@ func (b *bodySummary) outcomeField(d *msgpack.Decoder) func(string) error {
 		case "Suspended":
 			o.Suspended, err = skipArray(d)
 		case "Usage":
-			err = mapFields(d, func(k string) (err error) {
+			err = sessionlog.DecodeMap(d, func(k string) (err error) {
 				switch k {
 				case "i":
 					o.Usage.InputTokens, err = d.DecodeInt64()
@@ -175,24 +175,6 @@ func (w *fieldWriter) uint(k string, v uint64) {
 	}
 }
 
-// mapFields calls field for each key of a msgpack map; field reads the value.
-func mapFields(d *msgpack.Decoder, field func(key string) error) error {
-	n, err := d.DecodeMapLen()
-	if err != nil {
-		return err
-	}
-	for range max(n, 0) {
-		k, err := d.DecodeString()
-		if err != nil {
-			return err
-		}
-		if err := field(k); err != nil {
-			return fmt.Errorf("%s: %w", k, err)
-		}
-	}
-	return nil
-}
-
 // skipArray reads past a msgpack array and returns its length.
 func skipArray(d *msgpack.Decoder) (int, error) {
 	n, err := d.DecodeArrayLen()
@@ -217,7 +199,7 @@ func decodeInputUses(d *msgpack.Decoder) ([]sessionlog.InputUse, error) {
 	out := make([]sessionlog.InputUse, n)
 	for i := range out {
 		u := &out[i]
-		err := mapFields(d, func(k string) (err error) {
+		err := sessionlog.DecodeMap(d, func(k string) (err error) {
 			switch k {
 			case "s":
 				u.Seq, err = d.DecodeUint64()

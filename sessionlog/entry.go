@@ -167,15 +167,7 @@ func readSeqs(d *msgpack.Decoder) ([]uint64, error) {
 }
 
 func readEntry(d *msgpack.Decoder, e *Entry) error {
-	n, err := d.DecodeMapLen()
-	if err != nil {
-		return err
-	}
-	for range max(n, 0) {
-		k, err := d.DecodeString()
-		if err != nil {
-			return err
-		}
+	return DecodeMap(d, func(k string) (err error) {
 		switch k {
 		case "k":
 			var v uint8
@@ -200,7 +192,23 @@ func readEntry(d *msgpack.Decoder, e *Entry) error {
 		default:
 			err = d.Skip()
 		}
+		return err
+	})
+}
+
+// DecodeMap calls field for each key of a msgpack map; field reads the
+// value. For the readers written by hand, here and in read models.
+func DecodeMap(d *msgpack.Decoder, field func(key string) error) error {
+	n, err := d.DecodeMapLen()
+	if err != nil {
+		return err
+	}
+	for range max(n, 0) {
+		k, err := d.DecodeString()
 		if err != nil {
+			return err
+		}
+		if err := field(k); err != nil {
 			return fmt.Errorf("field %q: %w", k, err)
 		}
 	}
