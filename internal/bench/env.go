@@ -6,13 +6,13 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -203,18 +203,11 @@ func Print(w io.Writer, rs []Result) {
 }
 
 // median of ds.
-func median(ds []time.Duration) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := append([]time.Duration(nil), ds...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	return s[len(s)/2]
-}
-
-func medianOf(xs []float64) float64 {
+// median is the middle of xs (the upper one of an even count), 0 for none.
+func median[T cmp.Ordered](xs []T) T {
+	var zero T
 	if len(xs) == 0 {
-		return 0
+		return zero
 	}
 	s := slices.Clone(xs)
 	slices.Sort(s)

@@ -91,7 +91,7 @@ func Latency(ctx context.Context, e *Env, f Floor, n int) (Result, error) {
 		ratios[i] = float64(took[i]) / float64(seq[i])
 	}
 	return Result{Name: "input to commit, 3-effect turn (" + e.Mode() + ")", Value: ms(got), Unit: "ms", Floor: ms(floor),
-		Ratio: medianOf(ratios), Note: fmt.Sprintf("floor: its round trips raw, one after another (hop + %d CAS + %d reads), timed after each turn, the median of %d samples' ratios; their medians %.2fx; %.1f messages from the node per turn; the same timed alone %.3f ms, %.2fx",
+		Ratio: median(ratios), Note: fmt.Sprintf("floor: its round trips raw, one after another (hop + %d CAS + %d reads), timed after each turn, the median of %d samples' ratios; their medians %.2fx; %.1f messages from the node per turn; the same timed alone %.3f ms, %.2fx",
 			turnWrites, turnReads, len(took), float64(got)/float64(floor), perTurn, ms(alone), float64(got)/float64(alone))}, nil
 }
 
@@ -193,13 +193,14 @@ func EffectCost(ctx context.Context, e *Env, n int) (Result, error) {
 	}
 	per, floor, one := median(pers), median(runs), median(cas)
 	apart := (median(long) - median(short)) / fx
-	return Result{Name: "effect cost (" + e.Mode() + ")", Value: ms(per), Unit: "ms", Floor: ms(floor), Ratio: medianOf(ratios),
+	return Result{Name: "effect cost (" + e.Mode() + ")", Value: ms(per), Unit: "ms", Floor: ms(floor), Ratio: median(ratios),
 		Note: fmt.Sprintf("(turn of %d effects - turn of %d) / %d, against a CAS publish in a run of %d (the records the rounds add) timed with it, the median of %d samples' ratios; their medians apart %.3f ms, %.2fx; one CAS alone %.3f ms, %.2fx; a raw tool round per effect %.3f ms, %.2fx; %.1f messages from the node a round",
 			longFx, shortFx, longFx-shortFx, 2*rounds, len(long), ms(apart), float64(apart)/float64(floor), ms(one), float64(per)/float64(one),
 			ms(median(rawRounds)/3), float64(per)/float64(median(rawRounds)/3), float64(sent)/float64(n*rounds))}, nil
 }
 
-// effectSamples is the fewest samples EffectCost takes: a few seconds.
+// effectSamples is the fewest samples EffectCost takes: seconds without
+// fsync, ten or so with it.
 const effectSamples = 400
 
 // Throughput runs turns on that many sessions at once, each sending its
@@ -295,7 +296,7 @@ func History(ctx context.Context, e *Env, hs []int, n int) ([]Result, error) {
 			ratios[i] = float64(took[k][i]) / float64(took[0][i])
 		}
 		out = append(out, Result{Name: fmt.Sprintf("turn at history %d (%s)", h, e.Mode()), Value: ms(got), Unit: "ms",
-			Floor: ms(base), Ratio: medianOf(ratios), Note: fmt.Sprintf("floor: a turn at history %d timed with it, the median of %d samples' ratios; their medians %.2fx",
+			Floor: ms(base), Ratio: median(ratios), Note: fmt.Sprintf("floor: a turn at history %d timed with it, the median of %d samples' ratios; their medians %.2fx",
 				hs[0], n, float64(got)/float64(base))})
 	}
 	return out, nil
