@@ -18,18 +18,19 @@ import (
 // tools' record, the checkpoint's read, the model answer's record (which
 // holds the checkpoint's answer), the commit, the read after it
 // and the release, on three streams made like lash's. It returns
-// these "turns" per second: the ceiling of lash's turns/s on the same
-// server, and how far more sessions can raise it.
-func (e *Env) RawTurns(ctx context.Context, writers int, d time.Duration) (float64, error) {
+// these "turns" per second, the ceiling of lash's turns/s on the same
+// server and how far more sessions can raise it, and the process's CPU
+// per turn (cpuTime).
+func (e *Env) RawTurns(ctx context.Context, writers int, d time.Duration) (float64, time.Duration, error) {
 	for _, name := range []string{"RAWKV", "RAWSESS", "RAWFX"} {
 		if _, err := e.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"},
 			Storage: jetstream.FileStorage, Duplicates: 2 * time.Minute, Replicas: e.Replicas}); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	sess, err := e.js.Stream(ctx, "RAWSESS")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	payload := make([]byte, 300)
 	e.rawRuns++
@@ -49,7 +50,7 @@ func (e *Env) RawTurns(ctx context.Context, writers int, d time.Duration) (float
 	}
 	errs := make(chan error, writers)
 	var wg sync.WaitGroup
-	start := time.Now()
+	start, cpu := time.Now(), cpuTime()
 	for w := range writers {
 		wg.Go(func() {
 			lease := fmt.Sprintf("RAWKV.%d.%d", run, w)
@@ -91,9 +92,11 @@ func (e *Env) RawTurns(ctx context.Context, writers int, d time.Duration) (float
 		})
 	}
 	wg.Wait()
+	took, cpu := time.Since(start), cpuTime()-cpu
 	close(errs)
 	if err := <-errs; err != nil {
-		return 0, fmt.Errorf("raw turns: %w", err)
+		return 0, 0, fmt.Errorf("raw turns: %w", err)
 	}
-	return float64(turns.Load()) / time.Since(start).Seconds(), nil
+	n := max(turns.Load(), 1)
+	return float64(n) / took.Seconds(), cpu / time.Duration(n), nil
 }

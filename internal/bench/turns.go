@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -199,24 +200,37 @@ func EffectCost(ctx context.Context, e *Env, n int) (Result, error) {
 			ms(median(rawRounds)/3), float64(per)/float64(median(rawRounds)/3), float64(sent)/float64(n*rounds))}, nil
 }
 
+// cpuNote says what a rate's CPU per turn allows: turns/s can rise no
+// further than the machine's cores at that CPU a turn, so against base
+// (the rate at one session) to at most cores/cpu/base.
+func cpuNote(rate, base float64, cpu time.Duration) string {
+	if cpu <= 0 {
+		return ""
+	}
+	cores := runtime.NumCPU()
+	return fmt.Sprintf("; %d us CPU a turn, %.1f of %d cores busy, so at most %.1fx",
+		cpu.Microseconds(), rate*cpu.Seconds(), cores, float64(cores)/cpu.Seconds()/base)
+}
+
 // effectSamples is the fewest samples EffectCost takes: seconds without
 // fsync, ten or so with it.
 const effectSamples = 400
 
 // Throughput runs turns on that many sessions at once, each sending its
-// next input when its last turn committed, and returns turns per second.
-// Each turn makes that many tool rounds of one call; with rounds, each
-// turn is the first of a session of its own.
-func Throughput(ctx context.Context, e *Env, sessions, turnsEach, rounds int, tag string) (float64, error) {
+// next input when its last turn committed, and returns turns per second
+// and the process's CPU per turn (cpuTime; 0 where it is unknown). Each
+// turn makes that many tool rounds of one call; with rounds, each turn is
+// the first of a session of its own.
+func Throughput(ctx context.Context, e *Env, sessions, turnsEach, rounds int, tag string) (float64, time.Duration, error) {
 	node, nc, err := e.node("tp-"+tag, loopScript(rounds), lash.WithConcurrency(sessions))
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer nc.Close()
 	defer node.Close(context.Background())
 	var wg sync.WaitGroup
 	errs := make(chan error, sessions)
-	start := time.Now()
+	start, cpu := time.Now(), cpuTime()
 	for k := range sessions {
 		wg.Go(func() {
 			s := node.Session(fmt.Sprintf("tp-%s-%d-%d", tag, sessions, k))
@@ -238,11 +252,13 @@ func Throughput(ctx context.Context, e *Env, sessions, turnsEach, rounds int, ta
 		})
 	}
 	wg.Wait()
+	took, cpu := time.Since(start), cpuTime()-cpu
 	close(errs)
 	if err := <-errs; err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	return float64(sessions*turnsEach) / time.Since(start).Seconds(), nil
+	turns := sessions * turnsEach
+	return float64(turns) / took.Seconds(), cpu / time.Duration(turns), nil
 }
 
 // History times turns on sessions that have committed h turns, against
@@ -325,7 +341,7 @@ func Concurrency(ctx context.Context, e *Env, counts []int, n int) ([]Result, er
 		if err != nil {
 			return nil, err
 		}
-		tps, err := Throughput(ctx, e, c, each, 0, fmt.Sprint(c))
+		tps, cpu, err := Throughput(ctx, e, c, each, 0, fmt.Sprint(c))
 		if err != nil {
 			return nil, err
 		}
@@ -333,7 +349,7 @@ func Concurrency(ctx context.Context, e *Env, counts []int, n int) ([]Result, er
 		if err != nil {
 			return nil, err
 		}
-		rtps, err := Throughput(ctx, e, c, max(2, each/8), toolRounds, fmt.Sprint(c, "r"))
+		rtps, _, err := Throughput(ctx, e, c, max(2, each/8), toolRounds, fmt.Sprint(c, "r"))
 		if err != nil {
 			return nil, err
 		}
@@ -347,7 +363,7 @@ func Concurrency(ctx context.Context, e *Env, counts []int, n int) ([]Result, er
 		}
 		const roundEffects = 3 + 3*toolRounds
 		perEffect := float64(rounds-appended) / float64(c*max(2, each/8)*roundEffects)
-		raw, err := e.RawTurns(ctx, c, 2*time.Second)
+		raw, rawCPU, err := e.RawTurns(ctx, c, 2*time.Second)
 		if err != nil {
 			return nil, err
 		}
@@ -355,11 +371,13 @@ func Concurrency(ctx context.Context, e *Env, counts []int, n int) ([]Result, er
 			base, rawBase = tps, raw
 		}
 		perAppend := 1 / median(append(before, after...)).Seconds()
+		note := fmt.Sprintf("floor: turns/s at %d; higher is better", counts[0]) + cpuNote(tps, base, cpu)
+		rawNote := fmt.Sprintf("a turn's round trips, raw; floor: the same at %d; higher is better", counts[0]) + cpuNote(raw, rawBase, rawCPU)
 		out = append(out,
 			Result{Name: fmt.Sprintf("turns/s at %d sessions (%s)", c, e.Mode()), Value: tps, Unit: "turns/s",
-				Floor: base, Ratio: tps / base, Note: fmt.Sprintf("floor: turns/s at %d; higher is better", counts[0])},
+				Floor: base, Ratio: tps / base, Note: note},
 			Result{Name: fmt.Sprintf("raw turns/s at %d writers (%s)", c, e.Mode()), Value: raw, Unit: "turns/s",
-				Floor: rawBase, Ratio: raw / rawBase, Note: fmt.Sprintf("a turn's round trips, raw; floor: the same at %d; higher is better", counts[0])},
+				Floor: rawBase, Ratio: raw / rawBase, Note: rawNote},
 			Result{Name: fmt.Sprintf("turns/s at %d sessions vs raw (%s)", c, e.Mode()), Value: tps, Unit: "turns/s",
 				Floor: raw, Ratio: tps / raw, Note: "floor: raw turns/s at as many writers; higher is better"},
 			Result{Name: fmt.Sprintf("effects/s at %d sessions (%s)", c, e.Mode()), Value: 3 * tps, Unit: "effects/s",
