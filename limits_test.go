@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lash-run/lash/provider/openai"
 	"github.com/lash-run/lash/provider/scripted"
 	"github.com/lash-run/lash/sessionlog"
 	"github.com/lash-run/lash/streams"
@@ -367,7 +368,13 @@ func TestLargePayloadsByReference(t *testing.T) {
 	first.Close(context.Background())
 	asked := models.Requests()
 	// A long lease: the turns move MiBs, slowly under the race detector.
-	second := r.node("second", WithTools(reg), WithStreams(cfg), WithLeaseTTL(10*time.Second), WithStreaming(false))
+	// And a long model timeout: a timed-out read of the huge answer is
+	// retried, which would be a second model request below.
+	slow, err := openai.New(openai.Config{BaseURL: models.URL(), Model: "scripted", Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := r.node("second", WithTools(reg), WithStreams(cfg), WithLeaseTTL(10*time.Second), WithStreaming(false), WithModel(slow))
 	res := runUntilFree(t, second.Session("big"))
 	if len(res) != 1 || res[0].Executed != 0 || res[0].Outcome.Termination.Reason != turn.NaturalEnd || runs.Load() != 3 || models.Requests() != asked {
 		t.Fatalf("replay: %+v; tool runs %d, model requests %d (were %d)", res, runs.Load(), models.Requests(), asked)
