@@ -29,7 +29,8 @@ const (
 	// commit for the same turn.
 	EventCommitConflict
 	// EventWake: a parked call was woken by a signal or a timer; with Err
-	// set, a signal was refused (not JSON, too large) and woke nothing.
+	// set, a signal was refused (not JSON, too large) or a signal or fired
+	// timer was given up (its handling failed too often), and woke nothing.
 	EventWake
 	// EventTurnAborted: a turn that can never succeed was committed as
 	// failed; Code says why (FailNondeterminism, ...), Err in full.

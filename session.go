@@ -253,14 +253,9 @@ func (s *Session) fold(ctx context.Context, st *state) error {
 			}
 			st.committed(seq, e.Token, e.Settings, b)
 		case sessionlog.KindConsume:
-			data, err := s.n.log.Body(ctx, e)
+			b, err := s.consumeBody(ctx, seq, e)
 			if err != nil {
 				return err
-			}
-			b, err := sessionlog.DecodeConsumeBody(data)
-			if err != nil {
-				s.n.opts.logger.Error("session log entry passed over: unreadable", "session", s.id, "revision", seq, "err", err)
-				b = nil
 			}
 			st.consumed(seq, e.Token, e.Settings, b)
 		default:
@@ -284,7 +279,7 @@ func (s *Session) fold(ctx context.Context, st *state) error {
 // the commit aside where operators look.
 func (s *Session) body(ctx context.Context, seq uint64, e *sessionlog.Entry) (*sessionlog.TurnBody, error) {
 	data, err := s.n.log.Body(ctx, e)
-	if errors.Is(err, blobs.ErrMissing) || errors.Is(err, blobs.ErrCorrupt) || errors.Is(err, blobs.ErrTooLarge) {
+	if lostBody(err) {
 		data = nil
 	} else if err != nil {
 		return nil, err
@@ -295,11 +290,45 @@ func (s *Session) body(ctx context.Context, seq uint64, e *sessionlog.Entry) (*s
 	}
 	s.n.opts.logger.Error("turn passed over: its commit cannot be read", "session", s.id, "turn", e.Turn, "revision", seq,
 		"err", errors.Join(err, derr))
-	var in uint64
-	if _, perr := fmt.Sscanf(e.Turn, "in-%d", &in); perr == nil {
+	if in, ok := inputOfTurn(e.Turn); ok {
 		return &sessionlog.TurnBody{Outcome: turn.Outcome{Status: turn.StatusDone}, InputCursor: in}, nil
 	}
 	return nil, nil
+}
+
+// consumeBody reads a consume's body. One that can never be read is passed
+// over like a commit's: the cursor moves past the input the consume is
+// named after, whose key is then not remembered.
+func (s *Session) consumeBody(ctx context.Context, seq uint64, e *sessionlog.Entry) (*sessionlog.ConsumeBody, error) {
+	data, err := s.n.log.Body(ctx, e)
+	if lostBody(err) {
+		data = nil
+	} else if err != nil {
+		return nil, err
+	}
+	b, derr := sessionlog.DecodeConsumeBody(data)
+	if err == nil && derr == nil {
+		return b, nil
+	}
+	s.n.opts.logger.Error("session log entry passed over: its consume cannot be read", "session", s.id, "revision", seq,
+		"err", errors.Join(err, derr))
+	if in, ok := inputOfTurn(e.Turn); ok {
+		return &sessionlog.ConsumeBody{InputCursor: in}, nil
+	}
+	return nil, nil
+}
+
+// lostBody tells an entry's body that can never be read (its object lost
+// or damaged) from a read that failed for now.
+func lostBody(err error) bool {
+	return errors.Is(err, blobs.ErrMissing) || errors.Is(err, blobs.ErrCorrupt) || errors.Is(err, blobs.ErrTooLarge)
+}
+
+// inputOfTurn is the input a turn's id (or a consume's) is named after.
+func inputOfTurn(id string) (uint64, bool) {
+	var in uint64
+	_, err := fmt.Sscanf(id, "in-%d", &in)
+	return in, err == nil
 }
 
 func newState(id string) *state {

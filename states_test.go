@@ -11,7 +11,9 @@ import (
 
 	"github.com/lash-run/lash/leases"
 	"github.com/lash-run/lash/sessionlog"
+	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/turn"
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // kept returns the state node n keeps for session id, and puts it back.
@@ -225,6 +227,47 @@ func TestKeptStateNotOfTheLog(t *testing.T) {
 		t.Fatalf("run with a state ahead of the log: %+v, %v; want the turn", res, err)
 	}
 	sameAsFold(t, a, s)
+}
+
+// A consume whose body can never be read (its object lost) is passed over
+// like a commit's: the run folds past it and the session's next input
+// gets its turn, where the fold used to fail before the fence, every run.
+func TestConsumeBodyLost(t *testing.T) {
+	r := newRig(t)
+	a := r.node("a")
+	s := a.Session("s1")
+	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather?"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Run(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	last := kept(t, a, "s1")
+	lost := &sessionlog.Entry{Kind: sessionlog.KindConsume, Token: last.newest, Turn: fmt.Sprintf("in-%d", last.cursor), Hash: [32]byte{1}, BodySize: 100 << 10}
+	data, err := msgpack.Marshal(lost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.Streams().Publish(r.ctx, streams.Publication{Subject: "lash.sess.s1.ev", Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	a.states.take("s1") // fold the log from the start
+	if _, _, err := s.Send(r.ctx, "k2", Input{Text: "Weather?"}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Run(r.ctx); err != nil || len(res) != 1 {
+		t.Fatalf("run after a consume whose body is lost: %+v, %v; want the turn", res, err)
+	}
+	tr, err := s.Transcript(r.ctx)
+	users := 0
+	for _, m := range tr {
+		if m.Role == turn.RoleUser {
+			users++
+		}
+	}
+	if err != nil || users != 2 {
+		t.Fatalf("transcript: %d user messages, %v; want two turns'", users, err)
+	}
 }
 
 // The kept states stay within their count and their size: the least

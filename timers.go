@@ -107,10 +107,7 @@ func (n *Node) wakeDue(ctx context.Context) error {
 			}
 			switch {
 			case err != nil:
-				if ctx.Err() == nil {
-					n.opts.logger.Warn("fired timer not handled yet; it comes back", "subject", dl.Msg.Subject, "err", err)
-				}
-				_ = dl.Retry(time.Second)
+				n.retryOrGiveUp(ctx, dl, "fired timer", err)
 			case again && dl.Delivered < dueRetries:
 				_ = dl.Retry(time.Second)
 			default:

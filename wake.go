@@ -1,6 +1,7 @@
 package lash
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -117,10 +118,7 @@ func (n *Node) wakeSignals(ctx context.Context) error {
 		// fetch ignores ctx, so its wait bounds how long a stop takes.
 		_, err := d.Fetch(ctx, 64, time.Second, func(dl *streams.Delivery) {
 			if err := n.signal(ctx, dl.Msg); err != nil {
-				if ctx.Err() == nil {
-					n.opts.logger.Warn("signal not delivered yet; it comes back", "subject", dl.Msg.Subject, "err", err)
-				}
-				_ = dl.Retry(time.Second)
+				n.retryOrGiveUp(ctx, dl, "signal", err)
 				return
 			}
 			_ = dl.Ack()
@@ -134,6 +132,31 @@ func (n *Node) wakeSignals(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// sideRetries bounds the deliveries of a signal or fired timer whose
+// handling failed: they come back a second apart at first, a minute at
+// most, so about an hour and a half in all.
+const sideRetries = 100
+
+// retryOrGiveUp settles a signal's or fired timer's delivery whose
+// handling failed with err. It comes back later, unless err can never
+// clear (bad input) or it came sideRetries times: then it is given up,
+// which an error log and an event say. A parked call it would have woken
+// stays parked, for an operator's decision.
+func (n *Node) retryOrGiveUp(ctx context.Context, dl *streams.Delivery, what string, err error) {
+	if ctx.Err() != nil {
+		_ = dl.Retry(time.Second) // stopping: another node takes it
+		return
+	}
+	if dl.Delivered < sideRetries && !errors.Is(err, ErrBadInput) && !errors.Is(err, streams.ErrTooLarge) {
+		n.opts.logger.Warn(what+" not handled yet; it comes back", "subject", dl.Msg.Subject, "tries", dl.Delivered, "err", err)
+		_ = dl.Retry(min(time.Second<<min(dl.Delivered-1, 6), time.Minute))
+		return
+	}
+	n.opts.logger.Error(what+" given up", "subject", dl.Msg.Subject, "seq", dl.Msg.Seq, "tries", dl.Delivered, "err", err)
+	n.observe(Event{Kind: EventWake, Err: fmt.Errorf("%s %s given up after %d tries: %w", what, dl.Msg.Subject, dl.Delivered, err)})
+	_ = dl.Ack()
 }
 
 // signal wakes every call waiting on the signal's subject.
@@ -281,18 +304,42 @@ func (n *Node) wakeAs(ctx context.Context, pc parkedCall, id, payload string) er
 }
 
 // resume appends the decision d that resumes the parked call pc, under
-// d's id as the input key.
+// d's id as the input key. A payload the session's input cannot hold (a
+// signal or a process result grows when quoted as a string) can never be
+// appended: the call resumes with a result that says so, rather than stay
+// parked while its wake is tried again and again.
 func (n *Node) resume(ctx context.Context, pc parkedCall, d Decision) error {
-	id := d.ID
-	data, err := json.Marshal(Input{Decisions: []Decision{d}})
+	data, err := wakeInput(d)
 	if err != nil {
 		return err
 	}
-	_, dup, err := n.log.AppendDecision(ctx, pc.session, id, data)
+	_, dup, err := n.log.AppendDecision(ctx, pc.session, d.ID, data)
+	if errors.Is(err, streams.ErrTooLarge) && d.Payload != "" {
+		n.opts.logger.Error("a parked call's result is over the input limit; the call resumes with an error in its place",
+			"session", pc.session, "call", pc.call.ID, "bytes", len(data), "limit", n.MaxInputBytes())
+		d.Payload = fmt.Sprintf("lash: this call's result (%d bytes as a session input) is over the deployment's input limit of %d bytes and was not delivered",
+			len(data), n.MaxInputBytes())
+		if data, err = wakeInput(d); err != nil {
+			return err
+		}
+		_, dup, err = n.log.AppendDecision(ctx, pc.session, d.ID, data)
+	}
 	if err == nil && !dup {
 		n.observe(Event{Kind: EventWake, Session: pc.session, Turn: pc.turn})
 	}
 	return err
+}
+
+// wakeInput encodes the input that carries a wake's decision. Without
+// HTML escaping, a payload's '<', '>' and '&' take a byte each, not six.
+func wakeInput(d Decision) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(Input{Decisions: []Decision{d}}); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
 // wakeID names the wake of a call, within the bound on keys: a call id

@@ -143,6 +143,55 @@ func TestSignalWakesWait(t *testing.T) {
 	}
 }
 
+// A signal within its bound always reaches the call waiting for it: quoted
+// in a decision, its '<'s stay one byte each; and one that still grows
+// past the session's input limit (invalid UTF-8 takes six bytes a byte)
+// resumes the call with an error in its place, instead of coming back
+// for good while the call stays parked.
+func TestSignalOverInputLimitWhenQuoted(t *testing.T) {
+	n, ctx := builtinNode(t, newRig(t))
+	wait := func(session string) *Session {
+		t.Helper()
+		s := n.Session(session)
+		if _, _, err := s.Send(ctx, "k1", Input{Text: "deploy please"}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitFor(t, 20*time.Second, func() error {
+			h, err := n.Projection().Session(session)
+			if err == nil && h.Suspended != 1 {
+				err = fmt.Errorf("%d calls suspended", h.Suspended)
+			}
+			return err
+		})
+		return s
+	}
+	publish := func(data string) {
+		t.Helper()
+		if err := CheckSignal([]byte(data)); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := n.Streams().Publish(ctx, streams.Publication{Subject: "lash.signal.deploy.42", Data: []byte(data)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := wait("invalid")
+	publish(`"` + strings.Repeat("\xff", 60000) + `"`)
+	res := lastAnswer(t, s)
+	if !strings.HasPrefix(res.Text, "lash: this call's result (") || !strings.Contains(res.Text, "over the deployment's input limit of 262144 bytes") {
+		t.Fatalf("signal wait's result %.200q", res.Text)
+	}
+	// The next wait parks after the latest signal came, and takes it.
+	angles := `"` + strings.Repeat("<", 60000) + `"`
+	publish(angles)
+	s = n.Session("angles")
+	if _, _, err := s.Send(ctx, "k1", Input{Text: "deploy please"}); err != nil {
+		t.Fatal(err)
+	}
+	if res := lastAnswer(t, s); res.Text != angles {
+		t.Fatalf("signal wait's result is %d bytes, not the signal's %d", len(res.Text), len(angles))
+	}
+}
+
 // A decision for a call the session does not hold suspended (decided
 // already, say) starts no turn: it is consumed with the reason, and the
 // projection sets it aside where operators look.

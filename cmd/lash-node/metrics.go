@@ -61,7 +61,7 @@ func newMetrics() *metrics {
 	m.leaseLosses = counter("lease_losses_total", "Session leases lost while running a turn.")
 	m.commitConflicts = counter("commit_conflicts_total", "Commits refused: fenced out by a newer holder, or a different commit of the same turn.")
 	m.wakes = counter("wakes_total", "Parked calls woken by a signal or a timer.")
-	m.signalsRefused = counter("signals_refused_total", "Signals passed over: their payload cannot be delivered.")
+	m.signalsRefused = counter("signals_refused_total", "Signals passed over (their payload cannot be delivered), and signals and fired timers given up after their handling failed too often.")
 	m.toolProblems = counter("tool_discovery_problems_total", "Tool endpoints left out by discovery: malformed, conflicting or shadowing a built-in tool.")
 	m.turnSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "lash", Name: "turn_duration_seconds",
 		Help: "How long committed turns ran on this node.", Buckets: latencyBuckets})
