@@ -116,6 +116,73 @@ func TestTurnStream(t *testing.T) {
 	}
 }
 
+// A cancel the session refuses (its key too long, or a key an earlier input
+// took for other content) interrupts nothing: the effect in flight runs on
+// until a cancel that counts comes, and that one is the turn's cause.
+func TestRefusedCancelInterruptsNothing(t *testing.T) {
+	r := newRig(t)
+	r.models = testenv.RunModelServer(t, scripted.MustParse(injectPairScript))
+	var started atomic.Int32
+	reg := tools.New()
+	slow, err := tools.Func("weather", "current weather of a city", func(ctx context.Context, a weatherArgs) (string, error) {
+		started.Add(1)
+		<-ctx.Done()
+		return "", ctx.Err()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Register(slow); err != nil {
+		t.Fatal(err)
+	}
+	n := r.node("a", WithTools(reg))
+	s := n.Session("s1")
+	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather in Oslo and Lima?"}); err != nil {
+		t.Fatal(err)
+	}
+	type ran struct {
+		res []TurnResult
+		err error
+	}
+	done := make(chan ran, 1)
+	go func() {
+		res, err := s.Run(context.Background())
+		done <- ran{res, err}
+	}()
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		if started.Load() != 2 {
+			return fmt.Errorf("%d calls running", started.Load())
+		}
+		return nil
+	})
+	nc := r.conn()
+	for _, key := range []string{"k1", strings.Repeat("x", 300)} {
+		m := nats.NewMsg("lash.sess.s1.decide")
+		m.Data = []byte(`{"cancel":true}`)
+		m.Header.Set("Nats-Msg-Id", key)
+		if _, err := nc.RequestMsg(m, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seq, err := s.Cancel(r.ctx, "stop-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got ran
+	select {
+	case got = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the turn was not cancelled")
+	}
+	if got.err != nil || len(got.res) != 1 {
+		t.Fatalf("run: %+v, %v", got.res, got.err)
+	}
+	term := got.res[0].Outcome.Termination
+	if want := fmt.Sprintf("cancelled by input %d", seq); term.Reason != turn.Cancelled || !strings.Contains(term.Detail, want) {
+		t.Fatalf("termination %+v; want %q", term, want)
+	}
+}
+
 // A node that dies while it claims the calls a cancel stopped leaves some
 // unclaimed: the next run claims them too instead of running them, and the
 // turn ends cancelled with no tool run again.

@@ -33,6 +33,13 @@ type interrupt struct {
 
 	mu     sync.Mutex
 	cancel context.CancelCauseFunc // of the effect in flight, if any
+	// stopped is set by stop, which ends the confirmations in progress
+	// (ctx) and waits for them: they screen inputs against the session's
+	// state, which the commit after the turn changes.
+	stopped  bool
+	ctx      context.Context
+	end      context.CancelFunc
+	confirms sync.WaitGroup
 }
 
 // cancelInput is the cause of an effect stopped by a cancel input.
@@ -45,6 +52,7 @@ func (c *cancelInput) Error() string { return fmt.Sprintf("cancelled by input %d
 // and without hints (every checkpoint reads).
 func (d *drive) watch(st *state) *interrupt {
 	i := &interrupt{d: d}
+	i.ctx, i.end = context.WithCancel(context.Background())
 	i.read.Store(-1)
 	channels, err := d.s.n.client.Subjects().SessionInputChannels(d.s.id)
 	if err != nil {
@@ -61,7 +69,11 @@ func (d *drive) watch(st *state) *interrupt {
 				Cancel bool `json:"cancel"`
 			}
 			if json.Unmarshal(m.Data, &in) == nil && in.Cancel {
-				go i.confirm()
+				i.mu.Lock()
+				if !i.stopped {
+					i.confirms.Go(i.confirm)
+				}
+				i.mu.Unlock()
 			}
 		})
 		if err == nil {
@@ -75,6 +87,11 @@ func (i *interrupt) stop() {
 	for _, sub := range i.subs {
 		_ = sub.Unsubscribe()
 	}
+	i.mu.Lock()
+	i.stopped = true
+	i.mu.Unlock()
+	i.end()
+	i.confirms.Wait()
 }
 
 // arrivalsSince says whether anything may have arrived on the input
@@ -120,7 +137,7 @@ func (i *interrupt) confirm() {
 		if !inFlight {
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(i.ctx, 5*time.Second)
 		seq, err := i.find(ctx)
 		cancel()
 		if err == nil && seq != 0 {
@@ -132,19 +149,30 @@ func (i *interrupt) confirm() {
 			_ = i.d.s.boundary("interrupted")
 			return
 		}
-		time.Sleep(time.Duration(20<<try) * time.Millisecond)
+		select {
+		case <-i.ctx.Done():
+			return
+		case <-time.After(time.Duration(20<<try) * time.Millisecond):
+		}
 	}
 	n.opts.logger.Debug("a cancel hint found no stored cancel input", "session", i.d.s.id)
 }
 
-// find returns the first cancel input after the turn's cursor, or 0.
+// find returns the first cancel input after the turn's cursor that the
+// session takes (screened as a checkpoint screens it: a refused one
+// cancels nothing), or 0.
 func (i *interrupt) find(ctx context.Context) (uint64, error) {
 	i.d.mu.Lock()
-	cursor := i.d.cursor
+	cursor, taken := i.d.cursor, i.d.inputs
 	i.d.mu.Unlock()
-	var seq uint64
+	var (
+		seq  uint64
+		uses []sessionlog.InputUse
+	)
 	err := i.d.s.n.log.InputsAfter(ctx, i.d.s.id, cursor, func(in sessionlog.Input) error {
-		if parsed, err := parseInput(in.Data, in.Decision); err == nil && parsed.Cancel {
+		use, parsed, take := screen(i.d.st(), slices.Concat(taken, uses), in, false)
+		uses = append(uses, use)
+		if take && parsed.Cancel {
 			seq = in.Seq
 			return errStop
 		}
