@@ -710,8 +710,8 @@ func (d *drive) toolCall(ctx, ectx context.Context, pc turn.PendingCall, cause i
 }
 
 // attributed checks that a record another writer stored was written by a
-// run of this turn: one that fenced the session since its last commit
-// (ADR 0027). A run that fenced after this one read the log (a takeover)
+// run of this turn: one that fenced the session since its last commit,
+// with a token a lease could have had (ADR 0027). A run that fenced after this one read the log (a takeover)
 // is found by reading the log again; a record no run of the turn wrote is
 // set aside by failing the turn, never replayed as its outcome.
 func (d *drive) attributed(ctx context.Context, rec *effectlog.Record) error {
@@ -721,11 +721,15 @@ func (d *drive) attributed(ctx context.Context, rec *effectlog.Record) error {
 	}
 	found := false
 	_, _, err := n.log.ReadEntries(ctx, d.s.id, st.settled+1, func(_ uint64, e *sessionlog.Entry) error {
-		if e.Kind == sessionlog.KindFence && e.Owner == rec.Recorder && rec.Recorder != "" {
-			found = true
-			return errStop
+		if e.Kind != sessionlog.KindFence || e.Owner != rec.Recorder || rec.Recorder == "" {
+			return nil
 		}
-		return nil
+		// A fence the fold passes over vouches for no one.
+		if ok, err := n.plausibleToken(ctx, e.Token); err != nil || !ok {
+			return err
+		}
+		found = true
+		return errStop
 	})
 	if err != nil && !errors.Is(err, errStop) {
 		return err

@@ -235,6 +235,27 @@ func TestForgedJournalRecordSetAside(t *testing.T) {
 	if res, err := victim.Run(ctx); err != nil || len(res) != 1 || res[0].Outcome.Termination.Reason != turn.NaturalEnd {
 		t.Fatalf("the next turn: %+v, %v", res, err)
 	}
+	// A fence naming the forger, with a token no lease ever had, vouches
+	// for nothing: the fold passes it over, and so does the writer check.
+	other := n.Session("other")
+	oseq, _, err := other.Send(ctx, "k1", Input{Text: "Weather?"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sessionlog.New(hostile).Fence(ctx, "other", 999999, "mallory"); err != nil {
+		t.Fatal(err)
+	}
+	key.Session, key.Turn = "other", turnID(oseq)
+	if _, won, err := effectlog.New(hostile, effectlog.WithRecorder("mallory")).Record(ctx, key, model.Hash, model.Outcome); err != nil || !won {
+		t.Fatalf("forging: %v %v", won, err)
+	}
+	if res, err := other.Run(ctx); err != nil || len(res) != 1 {
+		t.Fatalf("the other's turn: %+v, %v", res, err)
+	}
+	ts, err = NewInspector(n.Streams()).Turns(ctx, "other")
+	if err != nil || len(ts) != 1 || !ts[0].Failed || !strings.Contains(ts[0].Termination.Detail, "mallory") {
+		t.Fatalf("turns %+v, %v; want the turn failed, the record set aside", ts, err)
+	}
 }
 
 // Decisions and cancels count only on the session's decision subject and
