@@ -140,6 +140,20 @@ func (s *Session) run(ctx context.Context) (_ []TurnResult, _ uint64, err error)
 	return results, cursor, err
 }
 
+// deletedSince says whether the session was deleted after revision rev:
+// its mark (ADR 0023) stands after it.
+func (s *Session) deletedSince(ctx context.Context, rev uint64) (bool, error) {
+	gone, err := s.n.client.Subjects().SessionGone(s.id)
+	if err != nil {
+		return false, err
+	}
+	m, err := s.n.client.Head(ctx, gone)
+	if errors.Is(err, streams.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil && m.Seq > rev, err
+}
+
 func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResult, uint64, error) {
 	n := s.n
 	// The state this node kept from its last run of the session, if any.
@@ -158,6 +172,16 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 	var recorded []*effectlog.Record
 	var pos sessionlog.Position
 	for try := 0; ; try++ {
+		if try > 0 && st.rev > 0 {
+			// The log moved under the state: if the session was deleted
+			// since, what the state holds is gone for good (ADR 0023).
+			if deleted, err := s.deletedSince(ctx, st.rev); err != nil {
+				return nil, st.cursor, err
+			} else if deleted {
+				n.opts.logger.Info("session state passed over: the session was deleted since", "session", s.id, "revision", st.rev)
+				*st = *newState(s.id)
+			}
+		}
 		if !kept || try > 0 {
 			before := st.rev
 			if err := s.fold(ctx, st); err != nil {

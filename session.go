@@ -105,6 +105,12 @@ func (s *Session) Send(ctx context.Context, key string, in Input) (seq uint64, d
 	}
 	// JetStream deduped it within its window: by key alone.
 	first, err := n.log.InputAt(ctx, s.id, seq)
+	if errors.Is(err, streams.ErrNotFound) {
+		// The window outlives a purge: the input with this key went
+		// with its deleted session, and the key is not free again yet.
+		return 0, false, fmt.Errorf("%w: idempotency key %q was taken by input %d, since deleted with its session; within the stream's dedupe window (%v) the key takes nothing: use another",
+			ErrBadInput, key, seq, n.client.Config().DuplicateWindow)
+	}
 	if err != nil {
 		return 0, false, err
 	}

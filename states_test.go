@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -227,6 +228,66 @@ func TestKeptStateNotOfTheLog(t *testing.T) {
 		t.Fatalf("run with a state ahead of the log: %+v, %v; want the turn", res, err)
 	}
 	sameAsFold(t, a, s)
+}
+
+// A node that kept a session's state finds, when its fence meets a log
+// another node wrote after the session was deleted, that the state is of
+// the deleted session: it starts from nothing, and the deleted history
+// reaches no model request.
+func TestKeptStateOfADeletedSession(t *testing.T) {
+	r := newRig(t)
+	a, b := r.node("a"), r.node("b")
+	sa := a.Session("s1")
+	if _, _, err := sa.Send(r.ctx, "k1", Input{Text: "Weather in Oslo?"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sa.Run(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	kept(t, a, "s1")
+	// What lash-admin sessions delete does: the mark, then the purges.
+	c := a.Streams()
+	gone, err := c.Subjects().SessionGone("s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Publish(r.ctx, streams.Publication{Subject: gone, Data: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"lash.sess.s1.ev", "lash.sess.s1.in", "lash.sess.s1.decide", "lash.sess.s1.snap", "lash.fx.s1.>"} {
+		if err := c.Purge(r.ctx, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sb := b.Session("s1")
+	// The deleted input's key is still in the stream's dedupe window: it
+	// takes nothing, and Send says so.
+	if _, _, err := sb.Send(r.ctx, "k1", Input{Text: "Hello again"}); !errors.Is(err, ErrBadInput) || !strings.Contains(err.Error(), "deleted") {
+		t.Fatalf("a deleted input's key within the dedupe window: %v", err)
+	}
+	if _, _, err := sb.Send(r.ctx, "k9", Input{Text: "Hello again"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Run(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.models.Reset()
+	if _, _, err := sa.Send(r.ctx, "k10", Input{Text: "And now?"}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := sa.Run(r.ctx); err != nil || len(res) != 1 {
+		t.Fatalf("run after the deletion: %+v, %v", res, err)
+	}
+	seen := r.models.Seen()
+	if len(seen) == 0 {
+		t.Fatal("no model request")
+	}
+	for _, m := range seen[0].Request.Messages {
+		if m.Text == "Weather in Oslo?" {
+			t.Fatalf("the deleted history reached a model request: %s: %q", m.Role, m.Text)
+		}
+	}
+	sameAsFold(t, a, sa)
 }
 
 // A consume whose body can never be read (its object lost) is passed over
