@@ -361,7 +361,7 @@ func (a *app) connect() error {
 	// not even one pointed at the wrong server or prefix.
 	c, err := streams.Bind(a.ctx, nc, a.conn.Streams())
 	if errors.Is(err, streams.ErrNoDeployment) {
-		return fmt.Errorf("%w at %s (is a lash-node running there, with this --prefix?)", err, url)
+		return fmt.Errorf("%w at %s (is a lash-node running there, with this --prefix?)", err, cli.Redact(url))
 	}
 	if err != nil {
 		return err

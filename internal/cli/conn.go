@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	neturl "net/url"
 	"os"
 	"strings"
 	"time"
@@ -106,9 +107,34 @@ func (c *Conn) Connect(name, url string, extra ...nats.Option) (*nats.Conn, erro
 	}
 	nc, err := nats.Connect(url, append(c.Options(name), extra...)...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to NATS at %s: %w", url, err)
+		return nil, fmt.Errorf("connect to NATS at %s: %w", Redact(url), err)
 	}
 	return nc, nil
+}
+
+// Redact hides the secrets of a NATS URL list (comma-separated) for
+// errors and logs: a password, or a user part with no password (nats.go
+// takes that for a token). A URL that does not parse is not shown.
+func Redact(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		u, err := neturl.Parse(p)
+		switch {
+		case err != nil:
+			parts[i] = "(a URL that does not parse)"
+		case u.User == nil:
+			parts[i] = p
+		default:
+			if _, ok := u.User.Password(); ok {
+				u.User = neturl.UserPassword(u.User.Username(), "xxxxx")
+			} else {
+				u.User = neturl.User("xxxxx")
+			}
+			parts[i] = u.String()
+		}
+	}
+	return strings.Join(parts, ",")
 }
 
 // credsOption signs in with a credentials file (a user JWT and its nkey

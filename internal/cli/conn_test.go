@@ -3,6 +3,7 @@ package cli
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/lash-run/lash/testenv"
@@ -35,5 +36,27 @@ func TestCredsTakesNkeySeed(t *testing.T) {
 	if nc, err := (&Conn{URL: srv.URL()}).Connect("test", ""); err == nil {
 		nc.Close()
 		t.Fatal("a client without the seed connected")
+	}
+}
+
+// A connect error names the URL without its secrets: lash-node logs it and
+// lash-admin prints it.
+func TestConnectErrorHidesSecrets(t *testing.T) {
+	c := Conn{URL: "nats://lash:hunter2@127.0.0.1:1, nats://s3cr3t-token@127.0.0.1:2,nats://127.0.0.1:3"}
+	_, err := c.Connect("test", "")
+	if err == nil {
+		t.Fatal("connected to nothing")
+	}
+	msg := err.Error()
+	for _, secret := range []string{"hunter2", "s3cr3t-token"} {
+		if strings.Contains(msg, secret) {
+			t.Fatalf("the error shows a secret: %s", msg)
+		}
+	}
+	if !strings.Contains(msg, "nats://lash:xxxxx@127.0.0.1:1") || !strings.Contains(msg, "nats://127.0.0.1:3") {
+		t.Fatalf("the error does not name the servers: %s", msg)
+	}
+	if got := Redact("nats://%zz@host"); strings.Contains(got, "%zz") {
+		t.Fatalf("an unparsed URL shown: %s", got)
 	}
 }
