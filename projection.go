@@ -41,20 +41,21 @@ func CheckInput(data []byte, decision bool) error {
 }
 
 // OpenSignalProjection opens the read model of the deployment's signals in
-// dir: the last signal on each subject. Signals that fail CheckSignal are
-// set aside in its quarantine.
+// dir: the last signal on each subject. Signals that fail CheckSignal, or
+// whose subject is over its bound (triggers.MaxSourceBytes), are set aside
+// in its quarantine.
 func OpenSignalProjection(dir string, c *streams.Client) (*projector.Projector, error) {
 	return projector.Open(dir, c, projector.Config{Stream: streams.Triggers, Filter: c.Subjects().Signals(),
-		Folds: []projector.Fold{signalFold{}}})
+		Folds: []projector.Fold{signalFold{c.Subjects()}}})
 }
 
 // signalFold keeps the last good signal's sequence per subject.
-type signalFold struct{}
+type signalFold struct{ subj streams.Subjects }
 
 func (signalFold) Name() string { return "signals" }
 
-func (signalFold) Apply(tx *projector.Txn, m *streams.Msg) error {
-	if err := CheckSignal(m.Data); err != nil {
+func (f signalFold) Apply(tx *projector.Txn, m *streams.Msg) error {
+	if err := checkSignalAt(f.subj, m); err != nil {
 		return fmt.Errorf("%w: %v", projector.ErrPoison, err)
 	}
 	return tx.Set([]byte("s/"+m.Subject), binary.BigEndian.AppendUint64(nil, m.Seq))

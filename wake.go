@@ -14,6 +14,7 @@ import (
 	"github.com/lash-run/lash/projector"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/tools/builtin"
+	"github.com/lash-run/lash/triggers"
 	"github.com/lash-run/lash/turn"
 )
 
@@ -161,7 +162,7 @@ func (n *Node) retryOrGiveUp(ctx context.Context, dl *streams.Delivery, what str
 
 // signal wakes every call waiting on the signal's subject.
 func (n *Node) signal(ctx context.Context, m *streams.Msg) error {
-	if err := CheckSignal(m.Data); err != nil {
+	if err := checkSignalAt(n.client.Subjects(), m); err != nil {
 		// Set aside where operators look (the signals' quarantine); nothing
 		// waiting can take it.
 		n.opts.logger.Warn("signal passed over", "subject", m.Subject, "seq", m.Seq, "err", err)
@@ -242,6 +243,15 @@ func CheckSignal(data []byte) error {
 		return fmt.Errorf("%w: a signal's payload must be JSON", ErrBadInput)
 	}
 	return nil
+}
+
+// checkSignalAt is CheckSignal with the signal's subject: what follows
+// "<prefix>.signal." is bounded too (triggers.MaxSourceBytes).
+func checkSignalAt(subj streams.Subjects, m *streams.Msg) error {
+	if rest, ok := subj.SignalRest(m.Subject); !ok || len(rest) > triggers.MaxSourceBytes {
+		return fmt.Errorf("%w: a signal's subject after the prefix's signal token holds %d bytes: at most %d", ErrBadInput, len(rest), triggers.MaxSourceBytes)
+	}
+	return CheckSignal(m.Data)
 }
 
 // wakeAfterCommit wakes a signal wait at once when its signal came before

@@ -192,6 +192,36 @@ func TestSignalOverInputLimitWhenQuoted(t *testing.T) {
 	}
 }
 
+// A signal whose subject is over its bound wakes and delivers nothing, and
+// the signals' quarantine lists it, as it lists one that is not JSON.
+func TestLongSignalSubjectSetAside(t *testing.T) {
+	r := newRig(t)
+	n := r.node("a", WithProjection(t.TempDir()))
+	subj := "lash.signal.deploy." + strings.Repeat("a", 1100)
+	if _, _, err := n.Streams().Publish(r.ctx, streams.Publication{Subject: subj, Data: []byte(`{"ok":true}`)}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := n.Streams().Head(r.ctx, subj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.signal(r.ctx, m); err != nil {
+		t.Fatalf("signal: %v; want it passed over", err)
+	}
+	p, err := OpenSignalProjection(t.TempDir(), n.Streams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.CatchUp(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	q, err := p.Quarantine()
+	if err != nil || len(q) != 1 || q[0].Subject != subj || !strings.Contains(q[0].Reason, "at most 1024") {
+		t.Fatalf("quarantine %+v, %v; want the signal with its reason", q, err)
+	}
+}
+
 // A decision for a call the session does not hold suspended (decided
 // already, say) starts no turn: it is consumed with the reason, and the
 // projection sets it aside where operators look.

@@ -138,10 +138,13 @@ func Match(pattern, subject string) bool {
 	return len(pt) == len(st)
 }
 
+// MaxSourceBytes bounds a signal's subject after "<prefix>.signal.".
+const MaxSourceBytes = 1024
+
 // Source splits a subject below "<prefix>.signal." into its source type
 // (the first token) and key (the rest, possibly empty).
 func Source(rest string) (typ, key string, err error) {
-	if rest == "" || len(rest) > 1024 {
+	if rest == "" || len(rest) > MaxSourceBytes {
 		return "", "", fmt.Errorf("%w: signal subject", ErrInvalid)
 	}
 	typ, key, _ = strings.Cut(rest, ".")
