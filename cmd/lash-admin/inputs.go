@@ -99,6 +99,9 @@ type appendJSON struct {
 // checkInput checks an input as lash.Session.Send does and keeps it for
 // appendInput.
 func (a *app) checkInput(in lash.Input) error {
+	if err := checkKey(a.key); err != nil {
+		return a.usagef("%v", err)
+	}
 	data, err := json.Marshal(in)
 	if err != nil {
 		return err
@@ -107,6 +110,19 @@ func (a *app) checkInput(in lash.Input) error {
 		return a.usagef("%v", err)
 	}
 	a.input = in
+	return nil
+}
+
+// checkKey refuses a --key the deployment would take nothing under: a node
+// consumes an input with such a key as refused, and JetStream cannot
+// dedupe a signal by it.
+func checkKey(key string) error {
+	if key == "" {
+		return nil
+	}
+	if err := streams.CheckID(key); err != nil {
+		return fmt.Errorf("--key: %v", err)
+	}
 	return nil
 }
 

@@ -52,6 +52,9 @@ func checkSignal(a *app, args []string) error {
 	if err != nil {
 		return a.usagef("%v", err)
 	}
+	if err := checkKey(a.key); err != nil {
+		return a.usagef("%v", err)
+	}
 	data := []byte(args[1])
 	if args[1] == "-" {
 		if data, err = io.ReadAll(io.LimitReader(a.stdin, lash.MaxSignalBytes+1)); err != nil {
