@@ -119,9 +119,11 @@ runs their turns with a model and tools, durably; any number of nodes share
 a deployment. With no --nats it starts an embedded NATS server with
 JetStream (fsync before acknowledgement) listening on --listen, keeping its
 files under --data. Every node serves the node API (a NATS micro service
-named "lash", endpoints <prefix>.api.submit, status, decide, cancel and
-info), /healthz and /metrics on --http, and offers the built-in tools
-(sleep, wait_for_approval, wait_for_signal) and every tool served over NATS
+named "lash", endpoints <prefix>.api.submit, status, decide, cancel, info
+and process_start, process_status, process_cancel, process_await), /healthz
+and /metrics on --http, and offers the built-in tools
+(sleep, wait_for_approval, wait_for_signal; process_start, process_await,
+process_cancel, process_list, spawn_agent) and every tool served over NATS
 under <prefix>.tool.<name>. SIGTERM or SIGINT drains the node and exits 0;
 a second signal exits at once with status 1. A node that cannot start, or
 whose NATS connection is closed for good (its credentials refused on
