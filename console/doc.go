@@ -4,10 +4,11 @@
 // decision, the quarantine, nodes and leases, processes and triggers, and
 // lets an operator approve or deny a suspended call.
 //
-// The console has no reads of its own. Every page asks the JSON API under
-// /api, and each API route is one lash-admin command run with --json
-// (routes.go maps one to the other): the console shows exactly what the
-// CLI prints, in the shapes the README documents. The only writes are
+// Every page asks the JSON API under /api, and each API route but two is
+// one lash-admin command run with --json (routes.go maps one to the
+// other): the console shows exactly what the CLI prints, in the shapes the
+// README documents. The two are the live events, which the console follows
+// itself (Source.Follow), and its own configuration (/api/config). The only writes are
 // decisions (lash-admin decide), so the trust rules of decisions apply,
 // and a read-only console refuses them. Live events reach the page as
 // Server-Sent Events whose ids are the LIVE stream's sequences: a browser

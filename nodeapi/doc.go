@@ -48,8 +48,8 @@
 //
 //	400  bad request: invalid JSON, unknown or missing fields, an id over
 //	     256 bytes, an input lash refuses
-//	404  unknown session: status, decide or cancel of a session whose log
-//	     is empty; unknown process
+//	404  unknown session: status, decide or cancel of a session with
+//	     neither inputs nor log entries; unknown process
 //	409  (processes) an id registered with other content, a cancel of an
 //	     ended process
 //	409  conflict: the session or the node cannot take the request now

@@ -39,7 +39,10 @@
 //
 // Ensure (run by Open) creates what is missing and compares what exists
 // with what this build expects; a difference is refused with a
-// *SchemaError (ErrSchemaMismatch) and nothing is changed.
+// *SchemaError (ErrSchemaMismatch) and nothing is changed, with two
+// exceptions: the LIVE stream's age and size limits are brought to this
+// node's settings in place (ADR 0030), and a SESSIONS stream made without
+// direct gets is taken as it is, read through the API (ADR 0033).
 //
 // # Write rules and their errors
 //
