@@ -52,6 +52,9 @@ type drive struct {
 	interrupt *interrupt
 	// state is the session as the turn began.
 	state *state
+	// attrMu guards state.runs, which attributed reads and extends from
+	// the goroutines of a round's calls.
+	attrMu sync.Mutex
 	// live is the session's live subject, named as the run starts (a
 	// streamed answer's events come from a timer's goroutine).
 	live string
@@ -715,6 +718,10 @@ func (d *drive) toolCall(ctx, ectx context.Context, pc turn.PendingCall, cause i
 // is found by reading the log again; a record no run of the turn wrote is
 // set aside by failing the turn, never replayed as its outcome.
 func (d *drive) attributed(ctx context.Context, rec *effectlog.Record) error {
+	// A round's calls lose their records to another run at once, each on
+	// a goroutine of its own: st.runs is theirs to share.
+	d.attrMu.Lock()
+	defer d.attrMu.Unlock()
 	n, st := d.s.n, d.state
 	if rec.Recorder == n.runName || rec.Recorder != "" && slices.Contains(st.runs, rec.Recorder) {
 		return nil

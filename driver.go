@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/lash-run/lash/blobs"
@@ -98,30 +99,51 @@ func (s *Session) run(ctx context.Context) (_ []TurnResult, _ uint64, err error)
 		return nil, 0, err
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
-	renewed := make(chan struct{})
+	stop, renewed := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(renewed)
 		t := time.NewTicker(lease.TTL / 3)
 		defer t.Stop()
+		// The run stops trusting the lease at its expiry (leases.Lease):
+		// a renewal that gets no answer by then stops it, before another
+		// node may take the session.
+		expiry := time.NewTimer(time.Until(lease.ExpiresAt))
+		defer expiry.Stop()
 		for {
 			select {
+			case <-stop:
+				return
 			case <-ctx.Done():
 				return
+			case <-expiry.C:
+				cancel(fmt.Errorf("%w: %s not renewed before it expired", ErrLeaseLost, lease.Key))
+				return
 			case <-t.C:
-				if err := n.leases.Renew(ctx, lease); err != nil && ctx.Err() == nil {
+				// Not cut short when the run ends: a renewal that landed
+				// must move the lease's revision, or the release misses
+				// and the session stays held for a TTL.
+				rctx, rcancel := context.WithDeadline(context.WithoutCancel(ctx), lease.ExpiresAt)
+				err := n.leases.Renew(rctx, lease)
+				rcancel()
+				if err != nil {
 					cancel(fmt.Errorf("%w: %v", ErrLeaseLost, err))
 					return
 				}
+				expiry.Reset(time.Until(lease.ExpiresAt))
 			}
 		}
 	}()
-	defer func() {
-		cancel(nil)
+	stopRenewing := sync.OnceFunc(func() {
+		close(stop)
 		<-renewed
+	})
+	defer func() {
+		stopRenewing()
+		cancel(nil)
 	}()
 	results, cursor, err := s.runTurns(ctx, lease)
+	stopRenewing()
 	cancel(nil)
-	<-renewed
 	if rerr := n.leases.Release(context.WithoutCancel(ctx), lease); rerr != nil && !errors.Is(rerr, leases.ErrLost) {
 		n.opts.logger.Warn("releasing a session lease", "session", s.id, "err", rerr)
 	}

@@ -83,10 +83,12 @@ func (n *Node) dispatch(ctx context.Context, dl *streams.Delivery) {
 		_ = dl.Ack()
 		return
 	}
-	// The run keeps the delivery while it lives.
-	done := make(chan struct{})
-	defer close(done)
+	// The run keeps the delivery while it lives. The keeper stops before
+	// the delivery is settled: a progress note after a retry's would
+	// bring the input back after the ack wait, not the retry's delay.
+	done, kept := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(kept)
 		t := time.NewTicker(dispatchAckWait / 3)
 		defer t.Stop()
 		for {
@@ -99,6 +101,8 @@ func (n *Node) dispatch(ctx context.Context, dl *streams.Delivery) {
 		}
 	}()
 	cursor, err := n.runServed(ctx, sid)
+	close(done)
+	<-kept
 	var attempt *AttemptError
 	switch {
 	case err == nil && cursor >= dl.Msg.Seq:
