@@ -275,8 +275,12 @@ func (n *Node) wakeEvent(ctx context.Context, id string) error {
 
 // wakeToRun resumes a parked call by running it again.
 func (n *Node) wakeToRun(ctx context.Context, pc parkedCall) error {
-	return n.resume(ctx, pc, Decision{ID: wakeID(pc.call.ID), CallID: pc.call.ID, Action: "resume", Mode: "replay"})
+	return n.resume(ctx, pc, Decision{ID: eventWakeID(pc.call.ID, pc.ticket.Event), CallID: pc.call.ID, Action: "resume", Mode: "replay"})
 }
+
+// eventWakeID names the wake of a call parked on an event: per event, as
+// one call may wait for several in turn, each wake resuming it once.
+func eventWakeID(call, event string) string { return wakeID(call + "/" + event) }
 
 // resolveSignal takes a signal on <prefix>.signal.event.<id>: {"key": the
 // signed key, "value": any JSON}. A key this deployment did not mint, or
@@ -344,7 +348,7 @@ func EndEvent(ctx context.Context, c *streams.Client, id string, revoke bool, by
 	}
 	// A decision for a call not (or no longer) parked is consumed without
 	// a turn; the wake id makes it one with any node's wake.
-	key := wakeID(w.Call)
+	key := eventWakeID(w.Call, id)
 	data, err := json.Marshal(Input{Decisions: []Decision{{ID: key, CallID: w.Call, Action: "resume", Mode: "replay"}}})
 	if err != nil {
 		return first, err

@@ -387,3 +387,115 @@ func TestDurableStepAcrossSIGKILL(t *testing.T) {
 		t.Fatalf("tool result %q, charges %q: the step ran %d times", result, b, strings.Count(string(b), "charged"))
 	}
 }
+
+const twoEventsScript = `
+rule two
+  when user contains two
+  when tools = 0
+  call two {}
+
+default
+  say done waiting
+`
+
+// twoEventsNode serves and wakes a node whose tool "two" waits for the
+// event "first" (with a deadline of firstWithin, if any) and then for
+// "second", and answers with both values.
+func twoEventsNode(t *testing.T, firstWithin time.Duration) (*rig, *Node) {
+	t.Helper()
+	r := newRig(t)
+	r.models = testenv.RunModelServer(t, scripted.MustParse(twoEventsScript))
+	reg := eventTools(t, filepath.Join(t.TempDir(), "charges"), nil)
+	two, err := tools.Func("two", "two approvals in turn", func(ctx context.Context, _ struct{}) (string, error) {
+		a, err := tools.AwaitEvent(ctx, "first", firstWithin)
+		if err != nil {
+			return "", err
+		}
+		b, err := tools.AwaitEvent(ctx, "second", 0)
+		if err != nil {
+			return "", err
+		}
+		return "both " + string(a) + " " + string(b), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Register(two); err != nil {
+		t.Fatal(err)
+	}
+	n := r.node("a", WithTools(reg), WithProjection(t.TempDir()), WithEventSecret(testSecret))
+	ctx, cancel := context.WithCancel(r.ctx)
+	done := make(chan struct{}, 2)
+	go func() { n.Serve(ctx); done <- struct{}{} }()
+	go func() { n.Wake(ctx); done <- struct{}{} }()
+	t.Cleanup(func() { cancel(); <-done; <-done })
+	if _, _, err := n.Session("two").Send(r.ctx, "k1", Input{Text: "two"}); err != nil {
+		t.Fatal(err)
+	}
+	parkedOn(t, n, "two")
+	return r, n
+}
+
+// resolveTwo resolves the event name of the call "two" parked.
+func resolveTwo(t *testing.T, r *rig, n *Node, name, value string) {
+	t.Helper()
+	id := eventID("two", "call_1", name)
+	mac, err := n.mac("key", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolveEvent(t, r.conn(), id, id+"."+mac, value)
+}
+
+// A call that waits for one event and then another parks twice: the
+// second wait is armed like the first, and its resolution wakes the call
+// again (each event's wake has an id of its own).
+func TestAwaitTwoEventsInOneCall(t *testing.T) {
+	r, n := twoEventsNode(t, 0)
+	resolveTwo(t, r, n, "first", `"one"`)
+	testenv.WaitFor(t, 20*time.Second, func() error {
+		if ts := turnsOf(t, n, "two"); len(ts) != 2 || ts[1].Suspended != 1 {
+			return fmt.Errorf("turns %+v; want the call parked again", ts)
+		}
+		return nil
+	})
+	resolveTwo(t, r, n, "second", `"two"`)
+	res := lastAnswer(t, n.Session("two"))
+	if res.Text != `both "one" "two"` {
+		t.Fatalf("the call's result %q", res.Text)
+	}
+}
+
+// The first wait's deadline timer is the call's: when it fires while the
+// call waits for the second event (which has no deadline), it times out
+// nothing.
+func TestEarlierWaitsTimeoutTimesOutNothing(t *testing.T) {
+	r, n := twoEventsNode(t, 3*time.Second)
+	resolveTwo(t, r, n, "first", `"one"`)
+	testenv.WaitFor(t, 20*time.Second, func() error {
+		if ts := turnsOf(t, n, "two"); len(ts) != 2 || ts[1].Suspended != 1 {
+			return fmt.Errorf("turns %+v; want the call parked again", ts)
+		}
+		return nil
+	})
+	// The first wait's timer fires (its schedule goes) and is handled.
+	testenv.WaitFor(t, 30*time.Second, func() error {
+		var left []string
+		err := n.Streams().Read(r.ctx, "lash.timer.at.timeout.>", 0, func(m *streams.Msg) error {
+			left = append(left, m.Subject)
+			return nil
+		})
+		if err == nil && len(left) > 0 {
+			err = fmt.Errorf("timeout timers not fired: %v", left)
+		}
+		return err
+	})
+	timersSettled(t, n)
+	if rec, err := n.resolutionOf(r.ctx, eventID("two", "call_1", "second")); err == nil {
+		t.Fatalf("the second event, which no one resolved and has no deadline, holds %+v", rec)
+	}
+	resolveTwo(t, r, n, "second", `"two"`)
+	if res := lastAnswer(t, n.Session("two")); res.Text != `both "one" "two"` {
+		t.Fatalf("the call's result %q", res.Text)
+	}
+}

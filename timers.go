@@ -43,11 +43,15 @@ const dueRetries = 900
 // entry by signal subject and a recheck timer. It runs before the commit,
 // so a crash after the commit leaves them armed; a turn that never
 // commits leaves timers that fire on no parked call and do nothing.
-// Calls parked before this turn were armed by theirs.
+// Calls parked before this turn on the same ticket were armed by theirs;
+// a call that parks again on another (a tool waiting for a second event)
+// is armed anew.
 func (s *Session) armWaits(ctx context.Context, before, after []turn.SuspendedCall) error {
 	n, subj := s.n, s.n.client.Subjects()
 	for _, sc := range after {
-		if slices.ContainsFunc(before, func(b turn.SuspendedCall) bool { return b.Call.ID == sc.Call.ID }) {
+		if slices.ContainsFunc(before, func(b turn.SuspendedCall) bool {
+			return b.Call.ID == sc.Call.ID && b.Ticket.Reason == sc.Ticket.Reason
+		}) {
 			continue
 		}
 		t, ok := parkedTicket(sc)
@@ -162,6 +166,11 @@ func (n *Node) due(ctx context.Context, m *streams.Msg) (again bool, err error) 
 		}
 		return false, n.wakeToRun(ctx, pc)
 	case kind == timerTimeout && pc.ticket.Kind == builtin.EventTicket && n.validTicket(pc.ticket):
+		// The timer is the call's: one set for an earlier wait of the same
+		// call does not time out the event it waits for now.
+		if pc.ticket.Deadline.IsZero() || time.Until(pc.ticket.Deadline) > time.Second {
+			return false, nil
+		}
 		_, err := n.resolve(ctx, pc.ticket.Event, resolution{Kind: timedOutEvent})
 		return false, err
 	}
@@ -276,6 +285,7 @@ func (s *Session) armEvent(ctx context.Context, t builtin.Ticket, call string) e
 	if err != nil {
 		return err
 	}
-	_, err = n.client.Schedule(ctx, streams.Timer{Subject: sched, Target: due, At: t.Deadline})
+	// Replaced: a timer an earlier wait of the same call set may stand.
+	_, err = n.client.Schedule(ctx, streams.Timer{Subject: sched, Target: due, At: t.Deadline, Replace: true})
 	return err
 }
