@@ -143,6 +143,15 @@ func (n *Node) processEnded(ctx context.Context, p *processes.Process, live bool
 		}
 	}
 	target := p.WakesTarget()
+	if n.proj != nil {
+		// Other sessions that may address the process may await it too:
+		// only a call parked on it is told.
+		for _, s := range p.Grants {
+			if s != target {
+				n.wakeAwaits(ctx, s, p)
+			}
+		}
+	}
 	if target == "" {
 		return // none, or its grant was revoked
 	}
@@ -171,9 +180,27 @@ func (n *Node) processEnded(ctx context.Context, p *processes.Process, live bool
 	}
 }
 
+// wakeAwaits resumes the process_await calls session holds parked on the
+// ended process p.
+func (n *Node) wakeAwaits(ctx context.Context, session string, p *processes.Process) {
+	calls, err := n.parkedOf(ctx, session)
+	if err != nil && ctx.Err() == nil {
+		n.opts.logger.Warn("finding process waits", "session", session, "process", p.ID, "err", err)
+	}
+	for _, pc := range calls {
+		if pc.ticket.Kind == builtin.ProcessTicket && pc.ticket.Process == p.ID {
+			if err := n.wakeOnProcessEnd(ctx, pc, p); err != nil && ctx.Err() == nil {
+				n.opts.logger.Warn("waking a process wait", "session", session, "process", p.ID, "err", err)
+			}
+		}
+	}
+}
+
 // wakeOnProcessEnd resumes a process_await call once its process ended,
-// under the process's wake key; p, if known, saves reading it.
+// under the process's wake key when that tells the wake target once; p,
+// if known, saves reading it (a recheck timer's call does not know it).
 func (n *Node) wakeOnProcessEnd(ctx context.Context, pc parkedCall, p *processes.Process) error {
+	recheck := p == nil
 	if p == nil {
 		var err error
 		p, err = n.procs.Get(ctx, pc.ticket.Process)
@@ -188,7 +215,15 @@ func (n *Node) wakeOnProcessEnd(ctx context.Context, pc parkedCall, p *processes
 		return nil
 	}
 	key := processWakeKey(p.ID)
-	if n.proj != nil {
+	switch {
+	case recheck || pc.pending || pc.session != p.WakesTarget():
+		// The end may have been told as a text input still waiting (the
+		// call parked after the teller looked), or this session is not
+		// the one told: a decision under the process's key would be
+		// refused as that key's other content. The call's own key is
+		// the call's alone (the model may hear of the end twice).
+		key = wakeID(pc.call.ID)
+	case n.proj != nil:
 		if _, used, err := n.proj.InputKey(pc.session, key); err == nil && used {
 			// Told as an input before the call was parked: the call
 			// still needs its answer, under a key of its own.
