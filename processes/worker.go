@@ -84,6 +84,11 @@ type Worker struct {
 	mu      sync.Mutex
 	open    map[string]*Process // processes not ended, as folded from the stream
 	running map[string]context.CancelCauseFunc
+	// stopped holds the lease token of each started owner-bound attempt
+	// this worker stopped with no outcome written (its lease lost, or the
+	// outcome's writes failing): the runner's own word that the attempt
+	// is gone, though its node lives.
+	stopped map[string]uint64
 	caught  bool          // the reader has caught up with the stream once
 	caughtC chan struct{} // closed then
 	kick    chan string
@@ -120,7 +125,7 @@ func NewWorker(cfg WorkerConfig) *Worker {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Worker{cfg: cfg, subj: cfg.Store.Subjects(), open: map[string]*Process{}, running: map[string]context.CancelCauseFunc{},
+	return &Worker{cfg: cfg, subj: cfg.Store.Subjects(), open: map[string]*Process{}, running: map[string]context.CancelCauseFunc{}, stopped: map[string]uint64{},
 		caughtC: make(chan struct{}), kick: make(chan string, 1024), sem: make(chan struct{}, cfg.Concurrency),
 		waitSem: make(chan struct{}, cfg.WaitConcurrency)}
 }
@@ -218,6 +223,7 @@ func (w *Worker) apply(m *streams.Msg) (ended *Process, live bool) {
 		// Left for an operator: recovery never acts on a log it cannot read.
 		w.cfg.Logger.Error("process log unreadable; the process is left as it is", "process", pid, "seq", m.Seq, "err", err)
 		delete(w.open, pid)
+		delete(w.stopped, pid)
 		return nil, false
 	}
 	w.open[pid] = p
@@ -225,6 +231,7 @@ func (w *Worker) apply(m *streams.Msg) (ended *Process, live bool) {
 	switch {
 	case p.Ended():
 		delete(w.open, pid)
+		delete(w.stopped, pid)
 		if cancel != nil {
 			cancel(errEndedElsewhere)
 		}
@@ -272,6 +279,12 @@ func (w *Worker) consider(ctx context.Context, pid string) {
 			return
 		}
 		f.OwnerDead = ev
+		w.mu.Lock()
+		token, stopped := w.stopped[pid]
+		w.mu.Unlock()
+		if ev == "" && stopped && snap.LastStart.Token == token {
+			f.OwnerDead = fmt.Sprintf("its runner stopped attempt %d (lease token %d) with no outcome written", snap.LastStart.Attempt, token)
+		}
 	}
 	action, why := Recover(snap, f)
 	switch action {
@@ -386,9 +399,20 @@ func (w *Worker) attempt(ctx context.Context, p *Process, f Facts) error {
 	}
 	stopRenew()
 	<-renewed
+	// lost notes an owner-bound attempt that ends here with no outcome:
+	// recovery then abandons it, as nothing else would while this node
+	// lives.
+	lost := func() {
+		if p.Registration.Disposition == OwnerBound {
+			w.mu.Lock()
+			w.stopped[pid] = l.Token
+			w.mu.Unlock()
+		}
+	}
 	switch {
 	case errors.Is(cause, errLeaseLost):
 		release = false
+		lost()
 		return cause
 	case errors.Is(cause, errEndedElsewhere):
 		return nil
@@ -403,6 +427,9 @@ func (w *Worker) attempt(ctx context.Context, p *Process, f Facts) error {
 			}
 			return err
 		})
+		if err != nil && !errors.Is(err, ErrTerminal) {
+			lost()
+		}
 	case errors.Is(cause, errCancelRequested):
 		if err := run.Refresh(wctx); err != nil {
 			return err
@@ -429,6 +456,9 @@ func (w *Worker) attempt(ctx context.Context, p *Process, f Facts) error {
 			xe = &ExecError{Code: "error", Message: err.Error()}
 		}
 		err = w.settle(wctx, l, func() error { _, err := run.Fail(wctx, Failure{Code: xe.Code, Message: xe.Message}); return err })
+		if err != nil && !errors.Is(err, ErrTerminal) {
+			lost()
+		}
 	}
 	if errors.Is(err, ErrTerminal) {
 		return nil // ended by another writer first (an abandon, say)

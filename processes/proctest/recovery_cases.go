@@ -310,6 +310,50 @@ func testGivesUp(t *testing.T, env conformance.Env) {
 	}
 }
 
+// testOwnerBoundLeaseLost: started owner-bound work whose attempt stopped
+// when its lease was lost (expired during a partition, say), on a node that
+// lives on, is abandoned on its runner's own word, not left running with
+// no attempt anywhere.
+func testOwnerBoundLeaseLost(t *testing.T, env conformance.Env) {
+	ctx := testCtx(t)
+	d := conformance.Open(t, env)
+	r := processes.New(d.Client(), "client")
+	var running atomic.Int32
+	x := &executor{fn: func(ctx context.Context, run *processes.Run) (json.RawMessage, error) {
+		running.Add(1)
+		defer running.Add(-1)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}}
+	worker(t, d.Reopen(t), "runner", x)
+	bound := tool(`{}`)
+	bound.Disposition = processes.OwnerBound
+	register(t, ctx, r, "deploy", bound)
+	testenv.WaitFor(t, 15*time.Second, func() error {
+		if running.Load() != 1 {
+			return fmt.Errorf("not running yet")
+		}
+		return nil
+	})
+	key, err := leases.Key("proc", "deploy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := d.Client().KVGet(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Client().KVDelete(ctx, key, e.Revision); err != nil {
+		t.Fatal(err)
+	}
+	p := await(t, r, "deploy")
+	var a processes.Abandonment
+	if p.Status() != processes.Abandoned || json.Unmarshal(p.End.Data, &a) != nil || a.Writer != processes.Sweep ||
+		!strings.Contains(a.Evidence, "stopped attempt 1") || x.runs("deploy") != 1 {
+		t.Fatalf("after its lease was lost: %s %s, executed %d times; want abandoned on the runner's word, run once", p.Status(), p.End.Data, x.runs("deploy"))
+	}
+}
+
 // testWaitersApart: attempts that wait (Waits) take slots of their own, so
 // a tool process runs while more waiters than ordinary slots are blocked.
 func testWaitersApart(t *testing.T, env conformance.Env) {

@@ -50,6 +50,7 @@ var subtests = []struct {
 	{"worker/drain", testDrain},
 	{"recovery/verdicts", testRecoveryVerdicts},
 	{"recovery/gives-up", testGivesUp},
+	{"recovery/owner-bound-lease-lost", testOwnerBoundLeaseLost},
 	{"worker/waiters-apart", testWaitersApart},
 }
 
