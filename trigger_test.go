@@ -391,3 +391,64 @@ func killedBySIGKILL(cmd *exec.Cmd) bool {
 	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
 }
+
+// A delivery whose process cannot start (its input, the subscription's
+// fixed arguments with the signal, over a process's bound) is recorded
+// failed, and keeps none of the occurrence's other deliveries waiting for
+// the sweep: they start with it.
+func TestDeliveryThatCannotStartHoldsNoOther(t *testing.T) {
+	r := newRig(t)
+	n := r.node("a", WithTools(handleTools(t, filepath.Join(t.TempDir(), "runs"))), WithProjection(t.TempDir()))
+	ctx := r.ctx
+	// The router keeps the subscriptions (the waker runs it); no signal
+	// consumer runs, so this test's deliver is the signal's first.
+	wctx, stop := context.WithCancel(ctx)
+	routed := make(chan struct{})
+	go func() { _ = n.router.Run(wctx); close(routed) }()
+	t.Cleanup(func() { stop(); <-routed })
+	host := triggers.Owner{Kind: triggers.Host}
+	// The one that fails comes first in the occurrence's order.
+	good, bad := "small", ""
+	for i := 0; bad == ""; i++ {
+		if k := fmt.Sprint("large-", i); triggers.SubscriptionID(host, k) < triggers.SubscriptionID(host, good) {
+			bad = k
+		}
+	}
+	for key, env := range map[string]string{good: "small", bad: strings.Repeat("e", 15<<10)} {
+		spec := &triggers.Spec{SourceType: "big", Start: triggers.Target{Kind: processes.ToolCall, Tool: "handle", Args: json.RawMessage(`{"env":"` + env + `"}`)}}
+		if _, err := n.Triggers().Apply(ctx, triggers.Op{ID: "reg-" + key, Action: triggers.ActRegister, Owner: host, Key: key, Spec: spec}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	payload := `"` + strings.Repeat("a", 55<<10) + `"`
+	if _, _, err := n.Streams().Publish(ctx, streams.Publication{Subject: "lash.signal.big", Data: []byte(payload), MsgID: "big-1"}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := n.Streams().Head(ctx, "lash.signal.big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.deliver(ctx, m); err != nil {
+		t.Fatalf("deliver: %v; want the refused delivery recorded, not retried", err)
+	}
+	o, err := n.Triggers().Occurrence(ctx, triggers.OccurrenceID("big", "", "big-1"))
+	if err != nil || len(o.Deliveries) != 2 {
+		t.Fatalf("occurrence %+v, %v", o, err)
+	}
+	for _, id := range o.Deliveries {
+		d, err := n.Triggers().Delivery(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch d.Subscription {
+		case triggers.SubscriptionID(host, good):
+			if !d.Started || d.Failed != "" {
+				t.Fatalf("the delivery that fits: started %v, failed %q; want it started with the other", d.Started, d.Failed)
+			}
+		default:
+			if d.Started || d.Failed == "" {
+				t.Fatalf("the delivery over the bound: started %v, failed %q; want it recorded failed", d.Started, d.Failed)
+			}
+		}
+	}
+}

@@ -232,12 +232,15 @@ func (r *Router) Deliver(ctx context.Context, m *streams.Msg) (*Occurrence, []*D
 	if r.cfg.AfterReserve != nil {
 		r.cfg.AfterReserve(o)
 	}
+	// One delivery that cannot start (its input over a process's bound,
+	// say) keeps none of the others waiting for the sweep.
+	var first error
 	for _, d := range ds {
-		if err := r.cfg.Triggers.Start(ctx, r.cfg.Registry, d); err != nil {
-			return o, ds, err
+		if err := r.cfg.Triggers.Start(ctx, r.cfg.Registry, d); err != nil && first == nil {
+			first = err
 		}
 	}
-	return o, ds, nil
+	return o, ds, first
 }
 
 // Sweep registers the process of every reservation older than SweepAfter
