@@ -51,11 +51,19 @@ func ParseLateResult(text string) (callID, name, result string, ok bool) {
 
 // LateResults reports, for each message of msgs, whether it is a tool
 // message answering a call that an earlier tool message in msgs already
-// answered. Those are the messages a provider sends as LateResultText.
+// answered. Those are the messages a provider sends as LateResultText. A
+// call is the newest assistant message's that names its id: a model may
+// use an id again once its call was answered, and the new call's result
+// is not late.
 func LateResults(msgs []turn.Message) []bool {
 	late := make([]bool, len(msgs))
 	answered := make(map[string]bool)
 	for i, m := range msgs {
+		if m.Role == turn.RoleAssistant {
+			for _, c := range m.ToolCalls {
+				delete(answered, c.ID)
+			}
+		}
 		if m.Role != turn.RoleTool {
 			continue
 		}

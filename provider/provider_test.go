@@ -74,4 +74,16 @@ func TestLateResults(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("LateResults = %v, want %v", got, want)
 	}
+	// A model that uses an answered call's id again makes a new call: its
+	// result answers it, and is not late.
+	again := []turn.Message{
+		{Role: turn.RoleAssistant, ToolCalls: []turn.ToolCall{{ID: "call_0"}}},
+		{Role: turn.RoleTool, CallID: "call_0"},
+		{Role: turn.RoleAssistant, ToolCalls: []turn.ToolCall{{ID: "call_0"}}},
+		{Role: turn.RoleTool, CallID: "call_0"},
+		{Role: turn.RoleTool, CallID: "call_0"},
+	}
+	if got, want := provider.LateResults(again), []bool{false, false, false, false, true}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("LateResults with an id used again = %v, want %v", got, want)
+	}
 }

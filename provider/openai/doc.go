@@ -60,6 +60,7 @@
 //	connection refused, reset, closed early    yes        connection
 //	network timeout                            yes        timeout
 //	error event in the middle of a stream      yes        server's, or stream_error
+//	a stream that ends with no finish reason   yes        stream_error
 //	untrusted certificate, unknown host        no         connection
 //	response over Config.MaxResponseBytes      no         response_too_large
 //	response not readable as an answer         no         bad_response

@@ -83,7 +83,7 @@ func readStream(stream *ssestream.Stream[sdk.ChatCompletionChunk], req turn.Mode
 			if choice.Index == 0 {
 				size += int64(len(choice.Delta.Content) + len(choice.Delta.Refusal))
 				for _, tc := range choice.Delta.ToolCalls {
-					size += int64(len(tc.Function.Arguments))
+					size += int64(len(tc.ID) + len(tc.Function.Name) + len(tc.Function.Arguments))
 				}
 			}
 		}
@@ -116,6 +116,12 @@ func readStream(stream *ssestream.Stream[sdk.ChatCompletionChunk], req turn.Mode
 	}
 	if chunks == 0 {
 		return turn.ModelResponse{}, badResponse("the stream ended without a chunk")
+	}
+	if finish == "" {
+		// The body ended cleanly but the answer did not (a server that
+		// stopped, a close-delimited body cut): what came is not the
+		// model's answer, and another attempt may get it whole.
+		return turn.ModelResponse{}, &Error{Code: provider.CodeStream, Message: "the stream ended before the answer did: no finish reason", Retryable: true}
 	}
 	return response(content.String(), refusal.String(), acc.calls(), finish, usage, req), nil
 }

@@ -123,6 +123,27 @@ func TestHugeResponseStopsAtLimit(t *testing.T) {
 	}
 }
 
+// A stream's tool calls count their ids and names against the limit, as
+// an answer read whole does: calls with long ids and no arguments are an
+// answer too.
+func TestStreamedCallIDsCount(t *testing.T) {
+	const limit = 1 << 10
+	var body strings.Builder
+	for i := range 40 {
+		fmt.Fprintf(&body, "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":%d,\"id\":\"call_%d_%s\",\"type\":\"function\",\"function\":{\"name\":\"ls\",\"arguments\":\"\"}}]}}]}\n\n",
+			i, i, strings.Repeat("x", 100))
+	}
+	body.WriteString("data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"tool_calls\"}]}\n\ndata: [DONE]\n\n")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, body.String())
+	}))
+	defer srv.Close()
+	c := newClient(t, srv.URL+"/v1", func(cfg *openai.Config) { cfg.MaxResponseBytes = limit })
+	_, err := c.Complete(context.Background(), ask("hi"), func(string) {})
+	assertTooLarge(t, err, limit)
+}
+
 func assertTooLarge(t *testing.T, err error, limit int64) {
 	t.Helper()
 	var e *openai.Error
