@@ -350,8 +350,15 @@ func TestLargePayloadsByReference(t *testing.T) {
 	crashed := false
 	conn := r.conn()
 	// Not streamed: megabytes of answer in word-sized chunks take longer
-	// than the model timeout under the race detector.
-	first := r.nodeOn(conn, "first", WithTools(reg), WithStreams(cfg), WithStreaming(false), withBoundary(func(name string) error {
+	// than the model timeout under the race detector. And a long model
+	// timeout: a timed-out read of a large answer is retried, which would
+	// be a model request more than the test counts (or, past the retries,
+	// a failed turn in place of the crash).
+	slow, err := openai.New(openai.Config{BaseURL: models.URL(), Model: "scripted", Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := r.nodeOn(conn, "first", WithTools(reg), WithStreams(cfg), WithStreaming(false), WithModel(slow), withBoundary(func(name string) error {
 		if name == "before-commit" && !crashed {
 			crashed = true
 			conn.Close()
@@ -362,18 +369,12 @@ func TestLargePayloadsByReference(t *testing.T) {
 	if _, _, err := first.Session("big").Send(r.ctx, "k1", Input{Text: "fetch"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := first.Session("big").Run(r.ctx); err == nil {
-		t.Fatal("no crash")
+	if _, err := first.Session("big").Run(r.ctx); !errors.Is(err, errCrash) {
+		t.Fatalf("first node: %v; want its crash before the commit", err)
 	}
 	first.Close(context.Background())
 	asked := models.Requests()
 	// A long lease: the turns move MiBs, slowly under the race detector.
-	// And a long model timeout: a timed-out read of the huge answer is
-	// retried, which would be a second model request below.
-	slow, err := openai.New(openai.Config{BaseURL: models.URL(), Model: "scripted", Timeout: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
 	second := r.node("second", WithTools(reg), WithStreams(cfg), WithLeaseTTL(10*time.Second), WithStreaming(false), WithModel(slow))
 	res := runUntilFree(t, second.Session("big"))
 	if len(res) != 1 || res[0].Executed != 0 || res[0].Outcome.Termination.Reason != turn.NaturalEnd || runs.Load() != 3 || models.Requests() != asked {

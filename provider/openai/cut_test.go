@@ -50,4 +50,3 @@ func TestStreamCutIsNoAnswer(t *testing.T) {
 		})
 	}
 }
-
