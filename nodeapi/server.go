@@ -181,6 +181,14 @@ func (s *Server) sessionHandler(endpoint string, handle func(context.Context, []
 				return handle(ctx, data) // refused as the endpoint refuses it
 			}
 		}
+		for k := range fields {
+			// encoding/json matches field names without regard to case,
+			// Unicode's included ("ſession" is "session"): only the
+			// exact name is checked, so no other spelling may pass.
+			if k != "session" && strings.EqualFold(k, "session") {
+				return nil, badRequest("field %q: the session goes as \"session\", or by the subject alone", k)
+			}
+		}
 		if raw, ok := fields["session"]; ok {
 			var named string
 			if json.Unmarshal(raw, &named) != nil || named != session {

@@ -439,6 +439,8 @@ func TestSessionSubjects(t *testing.T) {
 		want                string
 	}{
 		{"another session in the body", "lash.api.sess.known.submit", `{"session":"other","key":"k","text":"x"}`, 400, "names another session"},
+		{"another session under a folded name", "lash.api.sess.known.submit", `{"\u017fession":"other","key":"k","text":"x"}`, 400, "the session goes as"},
+		{"another session in capitals", "lash.api.sess.known.decide", `{"SESSION":"other","key":"d","call_id":"c","action":"cancel"}`, 400, "the session goes as"},
 		{"a decision on session submit", "lash.api.sess.known.submit", `{"key":"k","decisions":[{"id":"d","call_id":"c","action":"resume"}]}`, 400, "decide and cancel endpoints"},
 		{"a cancel on session submit", "lash.api.sess.known.submit", `{"key":"k","cancel":true}`, 400, "decide and cancel endpoints"},
 		{"text with a cancel", "lash.api.submit", `{"session":"known","key":"k","text":"x","cancel":true}`, 400, "separate inputs"},
