@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,6 +43,11 @@ type Options struct {
 	// MaxStreams bounds the live event streams served at once (64 when 0);
 	// past it a page is told to try again later.
 	MaxStreams int
+	// Hosts are the host names (or addresses) requests may name in their
+	// Host header besides localhost and loopback addresses. Any other is
+	// refused: a page whose own name was re-pointed at the console's
+	// address (DNS rebinding) would otherwise be the console's origin.
+	Hosts []string
 }
 
 //go:embed assets
@@ -86,7 +93,28 @@ func Handler(src Source, opts Options) http.Handler {
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no API %s %s", r.Method, r.URL.Path))
 	})
-	return headers(mux)
+	return headers(s.hosted(mux))
+}
+
+// hosted answers only requests that name the console's host.
+func (s *server) hosted(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		host = strings.Trim(host, "[]")
+		ip := net.ParseIP(host)
+		ok := strings.EqualFold(host, "localhost") || ip != nil && ip.IsLoopback()
+		for _, allowed := range s.opts.Hosts {
+			ok = ok || strings.EqualFold(host, allowed)
+		}
+		if !ok {
+			writeError(w, http.StatusForbidden, fmt.Sprintf("host %q is not the console's (lash-admin ui --allow-host names others)", r.Host))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // headers sets what every answer carries: the page runs only its own

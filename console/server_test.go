@@ -161,3 +161,56 @@ func TestLiveStream(t *testing.T) {
 		t.Fatalf("/api/nope: %v", err)
 	}
 }
+
+// recorder answers every command with the same JSON and keeps the command
+// lines it was asked to run.
+type recorder struct{ argv [][]string }
+
+func (r *recorder) Run(_ context.Context, argv []string, w io.Writer) error {
+	r.argv = append(r.argv, argv)
+	_, err := io.WriteString(w, `{"transcript":[]}`)
+	return err
+}
+func (r *recorder) Follow(context.Context, string, uint64, func(live.Record) error) error { return nil }
+func (r *recorder) LiveTail(context.Context) (uint64, error)                          { return 0, nil }
+
+// A page whose own name was re-pointed at the console's loopback address
+// (DNS rebinding) is the console's origin to a browser: Host and Origin
+// both name it. The console answers only its own hosts, so such a page
+// neither reads nor decides; loopback hosts and the ones allowed are
+// answered.
+func TestOnlyTheConsolesHosts(t *testing.T) {
+	src := &recorder{}
+	h := Handler(src, Options{Hosts: []string{"console.internal"}})
+	do := func(host, method, path, body string) int {
+		req := httptest.NewRequest(method, "http://"+host+path, strings.NewReader(body))
+		req.Host = host
+		if method == http.MethodPost {
+			req.Header.Set("Origin", "http://"+host)
+			req.Header.Set("Content-Type", "application/json")
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w.Code
+	}
+	const decide = `{"call_id":"call_1","action":"approve","key":"k"}`
+	for _, host := range []string{"rebind.attacker.example:7070", "rebind.attacker.example", "10.0.0.9:7070"} {
+		if code := do(host, http.MethodPost, "/api/sessions/s1/decide", decide); code != http.StatusForbidden {
+			t.Errorf("a decision for host %s: %d, want 403", host, code)
+		}
+		if code := do(host, http.MethodGet, "/api/sessions/s1/transcript", ""); code != http.StatusForbidden {
+			t.Errorf("a transcript for host %s: %d, want 403", host, code)
+		}
+	}
+	if len(src.argv) != 0 {
+		t.Fatalf("commands ran for other hosts: %q", src.argv)
+	}
+	for _, host := range []string{"127.0.0.1:7070", "localhost:7070", "[::1]:7070", "console.internal:7070", "CONSOLE.internal"} {
+		if code := do(host, http.MethodGet, "/api/sessions/s1/transcript", ""); code != http.StatusOK {
+			t.Errorf("a transcript for host %s: %d, want 200", host, code)
+		}
+	}
+	if code := do("127.0.0.1:7070", http.MethodPost, "/api/sessions/s1/decide", decide); code != http.StatusOK || len(src.argv) != 6 {
+		t.Fatalf("a decision on loopback: %d, commands %q", code, src.argv)
+	}
+}

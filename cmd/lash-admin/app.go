@@ -89,8 +89,9 @@ type app struct {
 	waitTimeout time.Duration
 	followFlag  bool // transcript --follow
 	// httpAddr and readOnly: the ui command's flags.
-	httpAddr string
-	readOnly bool
+	httpAddr   string
+	readOnly   bool
+	allowHosts string
 	// limit and after page sessions ls.
 	limit               int
 	after               string

@@ -30,11 +30,14 @@ shows what the lash-admin command of the same name prints with --json; its JSON 
 under /api (see the README). Approve resumes a suspended call (decide ID CALL resume),
 Deny cancels it; with --read-only the console makes no decision. The console has no
 sign-in of its own and acts with lash-admin's credentials, so it listens on loopback
-unless --read-only is given. It runs until interrupted.`,
+unless --read-only is given. It answers only requests for localhost, a loopback address,
+the address it listens on, or a name --allow-host gives (a page whose name was
+re-pointed at this machine is refused). It runs until interrupted.`,
 	max: 0,
 	flags: func(a *app, fs *flag.FlagSet) {
 		fs.StringVar(&a.httpAddr, "http", "127.0.0.1:7070", "listen on `host:port` (port 0 picks a free one)")
 		fs.BoolVar(&a.readOnly, "read-only", false, "make no decisions: a console for viewers")
+		fs.StringVar(&a.allowHosts, "allow-host", "", "more host `names`, comma-separated, that requests may name (the console's name on a network or behind a proxy)")
 	},
 	settings: leaseTTLSetting,
 	check:    checkUI,
@@ -50,6 +53,23 @@ func checkUI(a *app, _ []string) error {
 		return a.usagef("--http %s is not loopback: the console decides with lash-admin's credentials and has no sign-in, so serve it beyond this machine only with --read-only", a.httpAddr)
 	}
 	return nil
+}
+
+// consoleHosts are the hosts the console answers besides loopback ones:
+// the address it listens on, when one is named, and --allow-host's.
+func (a *app) consoleHosts() []string {
+	var hosts []string
+	if host, _, err := net.SplitHostPort(a.httpAddr); err == nil && host != "" {
+		if ip := net.ParseIP(host); ip == nil || !ip.IsUnspecified() {
+			hosts = append(hosts, host)
+		}
+	}
+	for _, h := range strings.Split(a.allowHosts, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			hosts = append(hosts, h)
+		}
+	}
+	return hosts
 }
 
 func loopback(host string) bool {
@@ -77,7 +97,7 @@ func runUI(a *app, _ []string) error {
 	fmt.Fprintf(a.stdout, "lash-admin: console at http://%s/%s\n", ln.Addr(), mode)
 	src := &consoleSource{a: a}
 	srv := &http.Server{
-		Handler:           console.Handler(src, console.Options{ReadOnly: a.readOnly, Version: "lash " + cli.Version(version)}),
+		Handler:           console.Handler(src, console.Options{ReadOnly: a.readOnly, Version: "lash " + cli.Version(version), Hosts: a.consoleHosts()}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return a.ctx },
