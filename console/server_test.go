@@ -172,7 +172,7 @@ func (r *recorder) Run(_ context.Context, argv []string, w io.Writer) error {
 	return err
 }
 func (r *recorder) Follow(context.Context, string, uint64, func(live.Record) error) error { return nil }
-func (r *recorder) LiveTail(context.Context) (uint64, error)                          { return 0, nil }
+func (r *recorder) LiveTail(context.Context) (uint64, error)                              { return 0, nil }
 
 // A page whose own name was re-pointed at the console's loopback address
 // (DNS rebinding) is the console's origin to a browser: Host and Origin
