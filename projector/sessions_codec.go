@@ -196,9 +196,13 @@ func decodeInputUses(d *msgpack.Decoder) ([]sessionlog.InputUse, error) {
 	if err != nil || n <= 0 {
 		return nil, err
 	}
-	out := make([]sessionlog.InputUse, n)
-	for i := range out {
-		u := &out[i]
+	// The length is the message's word, not a promise: grown as elements
+	// come, a forged length fails at the end of the bytes instead of
+	// asking for gigabytes first.
+	out := make([]sessionlog.InputUse, 0, min(n, 1024))
+	for range n {
+		out = append(out, sessionlog.InputUse{})
+		u := &out[len(out)-1]
 		err := sessionlog.DecodeMap(d, func(k string) (err error) {
 			switch k {
 			case "s":

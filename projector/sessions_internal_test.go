@@ -52,3 +52,18 @@ func TestHandCodecsMatchReflection(t *testing.T) {
 		t.Logf("encodings differ in form (both decode the same): %d vs %d bytes", len(hand), len(refl))
 	}
 }
+
+// A body whose input list claims four billion entries in a few bytes is
+// malformed, found at the end of its bytes: the list is not made at the
+// length it claims first (which would take hundreds of gigabytes).
+func TestForgedListLength(t *testing.T) {
+	forged := []byte{0x81, 0xa1, 'i', 0xdd, 0xff, 0xff, 0xff, 0xff} // {"i": array32(0xffffffff)}
+	var s bodySummary
+	if err := s.decode(forged); err == nil {
+		t.Fatal("a body that ends after its input list's length was read")
+	}
+	d := msgpack.NewDecoder(bytes.NewReader(forged[3:]))
+	if uses, err := decodeInputUses(d); err == nil || cap(uses) > 1024 {
+		t.Fatalf("decodeInputUses: %d made, %v", cap(uses), err)
+	}
+}
