@@ -173,6 +173,12 @@ func (s *Session) fromSnapshot(ctx context.Context) *state {
 		s.n.opts.logger.Warn("session snapshot passed over: its log is read from the start", "session", s.id, "err", err)
 		return newState(s.id)
 	}
+	// A snapshot written in the background can land after the session
+	// was deleted and its snapshots purged: it is of the deleted session.
+	if deleted, err := s.deletedSince(ctx, st.rev); err != nil || deleted {
+		s.n.opts.logger.Warn("session snapshot passed over: its log is read from the start", "session", s.id, "deleted since", deleted, "err", err)
+		return newState(s.id)
+	}
 	return st
 }
 

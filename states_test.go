@@ -290,6 +290,74 @@ func TestKeptStateOfADeletedSession(t *testing.T) {
 	sameAsFold(t, a, sa)
 }
 
+// A snapshot a node's background writer took before the session was
+// deleted, landing after the purges, is of the deleted session: a node
+// that keeps no state of the new one does not start from it.
+func TestSnapshotOfADeletedSession(t *testing.T) {
+	r := newRig(t)
+	a, b, c := r.node("a"), r.node("b"), r.node("c")
+	sa := a.Session("s1")
+	if _, _, err := sa.Send(r.ctx, "k1", Input{Text: "Weather in Oslo?"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sa.Run(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := a.states.take("s1")
+	ss, err := takeState(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := ss.encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := a.Streams()
+	gone, err := cl.Subjects().SessionGone("s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := cl.Publish(r.ctx, streams.Publication{Subject: gone, Data: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"lash.sess.s1.ev", "lash.sess.s1.in", "lash.sess.s1.decide", "lash.sess.s1.snap", "lash.fx.s1.>"} {
+		if err := cl.Purge(r.ctx, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.log.PutSnapshot(r.ctx, "s1", sessionlog.Snapshot{Rev: ss.Rev, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	sb := b.Session("s1")
+	if _, _, err := sb.Send(r.ctx, "k9", Input{Text: "Hello again"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Run(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.models.Reset()
+	sc := c.Session("s1")
+	if _, _, err := sc.Send(r.ctx, "k10", Input{Text: "And now?"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sc.Run(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	seen := r.models.Seen()
+	if len(seen) == 0 {
+		t.Fatal("no model request")
+	}
+	tr, err := sc.Transcript(r.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range append(seen[0].Request.Messages, tr...) {
+		if m.Text == "Weather in Oslo?" {
+			t.Fatalf("the deleted history came back through a snapshot written before the deletion: %s %q", m.Role, m.Text)
+		}
+	}
+}
+
 // A consume whose body can never be read (its object lost) is passed over
 // like a commit's: the run folds past it and the session's next input
 // gets its turn, where the fold used to fail before the fence, every run.
