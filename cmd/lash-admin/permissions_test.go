@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -37,7 +38,7 @@ import (
 func TestPermissionsTemplate(t *testing.T) {
 	bin := buildAdmin(t, t.TempDir())
 	a := &admin{t: t, bin: bin, url: "nats://127.0.0.1:1", cache: t.TempDir()}
-	conf := a.ok("permissions", "--sessions", "s1,s2", "--tools", "ledger_append")
+	conf := a.ok("permissions", "--sessions", "s1,s2", "--tools", "ledger_append", "--live-resume")
 	path := filepath.Join(t.TempDir(), "auth.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
@@ -318,3 +319,25 @@ func mapsEqual(a, b map[string]uint64) bool {
 }
 
 func jetstreamOf(nc *nats.Conn) (nats.JetStreamContext, error) { return nc.JetStream() }
+
+// Without --live-resume, clients and approvers get no JetStream API: a
+// pull's deliveries go to whatever reply subject the puller names, so the
+// grant that follows live events from a cursor lets its user have the
+// server publish on any subject.
+func TestPermissionsLiveResumeOptIn(t *testing.T) {
+	for _, resume := range []bool{false, true} {
+		users, err := permissionUsers("lash", permFlags{sessions: "s1", nodeInbox: "_INBOX_lash", liveResume: resume})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range users {
+			if u.name != "client-s1" && u.name != "approver-s1" {
+				continue
+			}
+			js := slices.ContainsFunc(u.pub, func(s string) bool { return strings.HasPrefix(s, "$JS.") })
+			if js != resume || !slices.Contains(u.sub, "lash.live.s1") {
+				t.Fatalf("--live-resume=%v: %s publishes %v, subscribes %v", resume, u.name, u.pub, u.sub)
+			}
+		}
+	}
+}
