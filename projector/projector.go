@@ -467,19 +467,29 @@ func setAside(tx *Txn, p *Poison) error {
 	key := binary.BigEndian.AppendUint64(append([]byte(nil), prefixQuarant...), p.Seq)
 	key = append(key, p.Fold...)
 	if p.Data == nil {
-		// Keep the payload an earlier entry for the message holds.
-		if err := tx.settle(); err != nil {
-			return err
-		}
-		var old Poison
-		if v, err := get(tx.db, key); err == nil && msgpack.Unmarshal(v, &old) == nil {
-			p.Data = old.Data
+		// Keep the payload an earlier entry for the message holds, in
+		// this batch or the store: the same either way, however the
+		// stream was cut into batches.
+		if data, ok := tx.aside[string(key)]; ok {
+			p.Data = data
+		} else {
+			if err := tx.settle(); err != nil {
+				return err
+			}
+			var old Poison
+			if v, err := get(tx.db, key); err == nil && msgpack.Unmarshal(v, &old) == nil {
+				p.Data = old.Data
+			}
 		}
 	}
 	v, err := msgpack.Marshal(p)
 	if err != nil {
 		return err
 	}
+	if tx.aside == nil {
+		tx.aside = map[string][]byte{}
+	}
+	tx.aside[string(key)] = p.Data
 	return tx.b.Set(key, v, nil)
 }
 

@@ -504,3 +504,50 @@ func TestNewLayoutFoldsAgain(t *testing.T) {
 	delete(after, "m/layout")
 	sameStore(t, before, after)
 }
+
+// An input the fold sets aside and a node's consume then refuses: its
+// quarantine entry keeps the input's payload whether the two are folded in
+// one batch (a rebuild) or two (a live tail).
+func TestQuarantineSameWhateverTheBatches(t *testing.T) {
+	e := newEnv(t)
+	in, err := e.c.Subjects().SessionInputs("s1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, _, err := e.c.Publish(e.ctx, streams.Publication{Subject: in, Data: []byte("unreadable input")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos, err := e.log.Fence(e.ctx, "s1", 1, "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cb, err := sessionlog.EncodeConsumeBody(&sessionlog.ConsumeBody{InputCursor: bad, Inputs: []sessionlog.InputUse{{Seq: bad, Refused: "not JSON"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.log.Consume(e.ctx, pos, "c1", cb); err != nil {
+		t.Fatal(err)
+	}
+	check := func([]byte, bool) error { return errors.New("not an input") }
+	fold := func(batch int) []projector.Poison {
+		p, err := projector.Open(t.TempDir(), e.c, projector.Config{Stream: streams.Sessions, Filter: "lash.sess.>", BatchSize: batch,
+			Folds: []projector.Fold{projector.NewSessions("lash", projector.WithInputCheck(check))}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close()
+		if err := p.CatchUp(e.ctx); err != nil {
+			t.Fatal(err)
+		}
+		q, err := p.Quarantine()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return q
+	}
+	one, many := fold(1), fold(1024)
+	if len(one) != 1 || len(many) != 1 || string(one[0].Data) != "unreadable input" || string(many[0].Data) != string(one[0].Data) {
+		t.Fatalf("quarantine folded a message a batch: %+v; all in one batch: %+v", one, many)
+	}
+}

@@ -23,6 +23,9 @@ type Txn struct {
 	// settle waits for the previous batch's commit, so reads see it.
 	settle func() error
 	kbuf   []byte
+	// aside holds the payloads of the quarantine entries this Txn wrote,
+	// which its batch holds and the store does not show yet.
+	aside map[string][]byte
 }
 
 func (p *Projector) newTxn(memo map[string]map[string]any, settle func() error) *Txn {
