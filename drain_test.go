@@ -3,6 +3,7 @@ package lash
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,8 +12,9 @@ import (
 	"github.com/lash-run/lash/tools"
 )
 
-// blockingTools holds every weather call until released or cancelled.
-func blockingTools(t *testing.T, started chan<- struct{}, release <-chan struct{}) *tools.Registry {
+// blockingTools holds every weather call until released or cancelled; a
+// cancelled call notes when in ended, if given.
+func blockingTools(t *testing.T, started chan<- struct{}, release <-chan struct{}, ended ...*atomic.Int64) *tools.Registry {
 	reg := tools.New()
 	tool, err := tools.Func("weather", "current weather", func(ctx context.Context, a weatherArgs) (string, error) {
 		select {
@@ -23,6 +25,9 @@ func blockingTools(t *testing.T, started chan<- struct{}, release <-chan struct{
 		case <-release:
 			return "fine", nil
 		case <-ctx.Done():
+			for _, e := range ended {
+				e.Store(time.Now().UnixNano())
+			}
 			return "", ctx.Err()
 		}
 	})

@@ -75,33 +75,6 @@ func slowLeaseNode(t *testing.T, r *rig, ttl time.Duration, reg *tools.Registry)
 	return n, store
 }
 
-// blockingWeather is a weather tool that runs until release is closed or
-// its context ends, and says when each happened.
-func blockingWeather(t *testing.T, started chan<- struct{}, release <-chan struct{}, ended *atomic.Int64) *tools.Registry {
-	t.Helper()
-	reg := tools.New()
-	tool, err := tools.Func("weather", "current weather of a city", func(ctx context.Context, a weatherArgs) (string, error) {
-		select {
-		case started <- struct{}{}:
-		default:
-		}
-		select {
-		case <-release:
-			return "fine", nil
-		case <-ctx.Done():
-			ended.Store(time.Now().UnixNano())
-			return "", ctx.Err()
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := reg.Register(tool); err != nil {
-		t.Fatal(err)
-	}
-	return reg
-}
-
 // A run whose renewals go unanswered stops at its lease's expiry, by its
 // own clock: its tool call ends before another owner can take the lease
 // (the server's TTL runs out after that expiry), not when the renewal's
@@ -110,7 +83,7 @@ func TestRunStopsAtLeaseExpiry(t *testing.T) {
 	r := newRig(t)
 	started, release := make(chan struct{}, 1), make(chan struct{})
 	var ended atomic.Int64
-	n, store := slowLeaseNode(t, r, time.Second, blockingWeather(t, started, release, &ended))
+	n, store := slowLeaseNode(t, r, time.Second, blockingTools(t, started, release, &ended))
 	s := n.Session("s1")
 	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather?"}); err != nil {
 		t.Fatal(err)
@@ -149,7 +122,7 @@ func TestReleaseAfterLateRenewal(t *testing.T) {
 	r := newRig(t)
 	started, release := make(chan struct{}, 1), make(chan struct{})
 	var ended atomic.Int64
-	n, store := slowLeaseNode(t, r, 3*time.Second, blockingWeather(t, started, release, &ended))
+	n, store := slowLeaseNode(t, r, 3*time.Second, blockingTools(t, started, release, &ended))
 	store.lateBy = 500 * time.Millisecond
 	s := n.Session("s1")
 	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather?"}); err != nil {

@@ -2,6 +2,7 @@ package lash
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -230,6 +231,24 @@ func TestKeptStateNotOfTheLog(t *testing.T) {
 	sameAsFold(t, a, s)
 }
 
+// deleteSession does what lash-admin sessions delete does to a session's
+// data: the mark, then the purges.
+func deleteSession(t *testing.T, c *streams.Client, id string) {
+	t.Helper()
+	gone, err := c.Subjects().SessionGone(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.Publish(context.Background(), streams.Publication{Subject: gone, Data: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"lash.sess." + id + ".ev", "lash.sess." + id + ".in", "lash.sess." + id + ".decide", "lash.sess." + id + ".snap", "lash.fx." + id + ".>"} {
+		if err := c.Purge(context.Background(), f); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // A node that kept a session's state finds, when its fence meets a log
 // another node wrote after the session was deleted, that the state is of
 // the deleted session: it starts from nothing, and the deleted history
@@ -245,20 +264,7 @@ func TestKeptStateOfADeletedSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	kept(t, a, "s1")
-	// What lash-admin sessions delete does: the mark, then the purges.
-	c := a.Streams()
-	gone, err := c.Subjects().SessionGone("s1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := c.Publish(r.ctx, streams.Publication{Subject: gone, Data: []byte(`{}`)}); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"lash.sess.s1.ev", "lash.sess.s1.in", "lash.sess.s1.decide", "lash.sess.s1.snap", "lash.fx.s1.>"} {
-		if err := c.Purge(r.ctx, f); err != nil {
-			t.Fatal(err)
-		}
-	}
+	deleteSession(t, a.Streams(), "s1")
 	sb := b.Session("s1")
 	// The deleted input's key is still in the stream's dedupe window: it
 	// takes nothing, and Send says so.
@@ -312,19 +318,7 @@ func TestSnapshotOfADeletedSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl := a.Streams()
-	gone, err := cl.Subjects().SessionGone("s1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := cl.Publish(r.ctx, streams.Publication{Subject: gone, Data: []byte(`{}`)}); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"lash.sess.s1.ev", "lash.sess.s1.in", "lash.sess.s1.decide", "lash.sess.s1.snap", "lash.fx.s1.>"} {
-		if err := cl.Purge(r.ctx, f); err != nil {
-			t.Fatal(err)
-		}
-	}
+	deleteSession(t, a.Streams(), "s1")
 	if err := a.log.PutSnapshot(r.ctx, "s1", sessionlog.Snapshot{Rev: ss.Rev, Data: data}); err != nil {
 		t.Fatal(err)
 	}
