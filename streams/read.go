@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -14,7 +16,10 @@ import (
 // Read calls fn, in stream order, for every message that matches filter
 // (which may hold wildcards) with sequence at least from, until it has
 // caught up with the messages stored. An error from fn stops the read and
-// is returned as it is.
+// is returned as it is. Messages removed while it reads (purged, expired,
+// fired schedules) end it too: after readIdle with nothing delivered it
+// asks the leader whether anything follows, so it never waits for a
+// message that is gone.
 //
 // Read goes through a consumer, which on a replicated stream may run on a
 // follower a moment behind the leader. For a filter without wildcards it
@@ -69,7 +74,45 @@ func (c *Client) ReadSubjects(ctx context.Context, filters []string, from uint64
 			return nil
 		}
 	}
-	return c.tail(ctx, st, filters, from, func(m *Msg, pending uint64) error {
+	return c.readTail(ctx, st, filters, from, through, fn)
+}
+
+// readTail reads what ReadSubjects found there is to read: from from on,
+// at least through through (0 for a wildcard read).
+func (c *Client) readTail(ctx context.Context, st jetstream.Stream, filters []string, from, through uint64, fn func(*Msg) error) error {
+	// A message found before can be gone before the consumer delivers it
+	// (a fired schedule, a purge), and then nothing more comes: the
+	// consumer would wait for ever. While no message arrives, the leader
+	// is asked now and then whether anything follows the last one read.
+	tctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var last, seen atomic.Uint64 // last sequence read; messages read
+	last.Store(max(from, 1) - 1)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		t := time.NewTicker(readIdle)
+		defer t.Stop()
+		prev := uint64(0)
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if n := seen.Load(); n != prev {
+				prev = n
+				continue
+			}
+			if _, err := c.NextOnSubjects(tctx, filters, last.Load()+1); errors.Is(err, ErrNotFound) {
+				cancel(errCaughtUp)
+				return
+			}
+		}
+	}()
+	err := c.tail(tctx, st, filters, from, func(m *Msg, pending uint64) error {
+		last.Store(m.Seq)
+		seen.Add(1)
 		if err := fn(m); err != nil {
 			return err
 		}
@@ -88,7 +131,15 @@ func (c *Client) ReadSubjects(ctx context.Context, filters []string, from uint64
 		}
 		return nil
 	})
+	if errors.Is(err, context.Canceled) && ctx.Err() == nil && errors.Is(context.Cause(tctx), errCaughtUp) {
+		return nil // the rest was gone before it was delivered
+	}
+	return err
 }
+
+// readIdle is how long a read waits for its next message before it asks
+// the leader whether one follows.
+const readIdle = 2 * time.Second
 
 // NextOnSubjects returns the first message on any of subjects with
 // sequence at least seq, or ErrNotFound: one leader read per subject, all
