@@ -331,3 +331,19 @@ func runUntilFree(t *testing.T, s *Session) []TurnResult {
 	})
 	return res
 }
+
+// caughtUp opens a read model (OpenProjection, OpenSignalProjection) of the
+// deployment c belongs to in a fresh directory, folded through everything
+// stored now; the test's cleanup closes it.
+func caughtUp(t *testing.T, open func(string, *streams.Client) (*projector.Projector, error), c *streams.Client) *projector.Projector {
+	t.Helper()
+	p, err := open(t.TempDir(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	if err := p.CatchUp(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}

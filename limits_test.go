@@ -384,14 +384,7 @@ func TestLargePayloadsByReference(t *testing.T) {
 	if err != nil || len(tr) != 6 || tr[len(tr)-1].Text != strings.TrimSpace(answer) || len(tr[2].Text) != 1700<<10 {
 		t.Fatalf("transcript: %d messages, %v", len(tr), err)
 	}
-	p, err := OpenProjection(t.TempDir(), second.Streams())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	if err := p.CatchUp(r.ctx); err != nil {
-		t.Fatal(err)
-	}
+	p := caughtUp(t, OpenProjection, second.Streams())
 	if pt, err := p.Transcript("big", 0); err != nil || len(pt) != 6 || pt[5].Message.Text != tr[5].Text {
 		t.Fatalf("projected transcript: %d, %v", len(pt), err)
 	}

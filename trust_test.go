@@ -69,14 +69,7 @@ func TestForgedFenceAndGarbageDoNotBlock(t *testing.T) {
 	if len(tr) < 3 || tr[len(tr)-1].Text != "Oslo is cold, Lima is grey, Pune is hot." {
 		t.Fatalf("transcript %s", describeTranscript(tr))
 	}
-	p, err := OpenProjection(t.TempDir(), n.Streams())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	if err := p.CatchUp(ctx); err != nil {
-		t.Fatal(err)
-	}
+	p := caughtUp(t, OpenProjection, n.Streams())
 	q, err := p.Quarantine()
 	if err != nil {
 		t.Fatal(err)
@@ -297,14 +290,7 @@ func TestDecisionsHaveTheirOwnSubject(t *testing.T) {
 	if err != nil || len(st.suspended) != 1 || st.cursor != textOnDecide {
 		t.Fatalf("after the refused inputs: suspended %d, cursor %d (want %d), %v", len(st.suspended), st.cursor, textOnDecide, err)
 	}
-	p, err := OpenProjection(t.TempDir(), n.Streams())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	if err := p.CatchUp(r.ctx); err != nil {
-		t.Fatal(err)
-	}
+	p := caughtUp(t, OpenProjection, n.Streams())
 	q, err := p.Quarantine()
 	if err != nil {
 		t.Fatal(err)

@@ -208,14 +208,7 @@ func TestLongSignalSubjectSetAside(t *testing.T) {
 	if err := n.signal(r.ctx, m); err != nil {
 		t.Fatalf("signal: %v; want it passed over", err)
 	}
-	p, err := OpenSignalProjection(t.TempDir(), n.Streams())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	if err := p.CatchUp(r.ctx); err != nil {
-		t.Fatal(err)
-	}
+	p := caughtUp(t, OpenSignalProjection, n.Streams())
 	q, err := p.Quarantine()
 	if err != nil || len(q) != 1 || q[0].Subject != subj || !strings.Contains(q[0].Reason, "at most 1024") {
 		t.Fatalf("quarantine %+v, %v; want the signal with its reason", q, err)
@@ -237,14 +230,7 @@ func TestDecisionForNoCall(t *testing.T) {
 	if err != nil || len(res) != 0 {
 		t.Fatalf("run %+v, %v", res, err)
 	}
-	p, err := OpenProjection(t.TempDir(), n.Streams())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	if err := p.CatchUp(r.ctx); err != nil {
-		t.Fatal(err)
-	}
+	p := caughtUp(t, OpenProjection, n.Streams())
 	q, err := p.Quarantine()
 	if err != nil || len(q) != 1 || q[0].Seq != seq || !strings.Contains(q[0].Reason, "holds none of the calls") {
 		t.Fatalf("quarantine %+v, %v", q, err)
