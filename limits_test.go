@@ -358,7 +358,10 @@ func TestLargePayloadsByReference(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := r.nodeOn(conn, "first", WithTools(reg), WithStreams(cfg), WithStreaming(false), WithModel(slow), withBoundary(func(name string) error {
+	// A lease of seconds: a run stops when a renewal is not answered
+	// before its lease's expiry, which a 1 s lease's may not be while
+	// megabytes move. The second node waits it out after the crash.
+	first := r.nodeOn(conn, "first", WithTools(reg), WithStreams(cfg), WithStreaming(false), WithModel(slow), WithLeaseTTL(5*time.Second), withBoundary(func(name string) error {
 		if name == "before-commit" && !crashed {
 			crashed = true
 			conn.Close()
