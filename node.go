@@ -89,6 +89,10 @@ func WithMachine(c turn.Config) Option { return func(o *options) { o.machine = c
 // WithNodeID names the node; default: a fresh id.
 func WithNodeID(id string) Option { return func(o *options) { o.nodeID = id } }
 
+// DefaultLeaseTTL is how long a lease lives without renewal unless
+// WithLeaseTTL says otherwise.
+const DefaultLeaseTTL = 15 * time.Second
+
 // WithLeaseTTL sets how long a session lease lives without renewal
 // (whole seconds). Default 15s.
 func WithLeaseTTL(d time.Duration) Option { return func(o *options) { o.leaseTTL = d } }
@@ -170,7 +174,7 @@ var ErrBusy = errors.New("lash: session is busy")
 // Open connects (or starts the embedded server), ensures the deployment
 // and starts the node's liveness heartbeat.
 func Open(ctx context.Context, opts ...Option) (*Node, error) {
-	o := options{leaseTTL: 15 * time.Second, toolTime: time.Minute, logger: slog.Default()}
+	o := options{leaseTTL: DefaultLeaseTTL, toolTime: time.Minute, logger: slog.Default()}
 	for _, opt := range opts {
 		opt(&o)
 	}

@@ -83,9 +83,7 @@ func (n *Node) RunProcesses(ctx context.Context) error {
 	}()
 	w := processes.NewWorker(processes.WorkerConfig{Registry: n.procs, Leases: n.leases, Store: n.client,
 		Executor: processExecutor{n}, TTL: n.opts.leaseTTL, Concurrency: n.opts.concurrency, Logger: n.opts.logger,
-		// A sub-agent's attempt follows its session, whose turns the
-		// dispatch runs: it waits, and may wait long.
-		Waits: func(p *processes.Process) bool { return p.Registration.Input.Kind == processes.SessionTurn },
+		Class: processClass,
 		OnEnd: func(p *processes.Process, live bool) {
 			select {
 			case ends <- end{p, live}:
@@ -96,6 +94,20 @@ func (n *Node) RunProcesses(ctx context.Context) error {
 	stopTelling()
 	<-told
 	return err
+}
+
+// agentSlots bounds the sub-agents' attempts a node follows at once.
+const agentSlots = 256
+
+// processClass puts the attempts at each tool in a pool of their own, so
+// a tool that hangs holds only its own slots (--concurrency of them), and
+// sub-agents' attempts in one more: each follows its session, whose turns
+// the dispatch runs, and may wait long (for an approval) doing nothing.
+func processClass(p *processes.Process) (string, int) {
+	if in := p.Registration.Input; in.Kind == processes.ToolCall {
+		return "tool:" + in.Tool, 0
+	}
+	return "agents", agentSlots
 }
 
 type processExecutor struct{ n *Node }

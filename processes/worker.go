@@ -50,15 +50,19 @@ type WorkerConfig struct {
 	Executor Executor
 	// TTL of the process leases the worker claims. Default 15s.
 	TTL time.Duration
-	// Concurrency bounds the attempts running at once. Default 16.
+	// Class names the pool of slots a process's attempts take, and how
+	// many attempts of that class may run at once (0: Concurrency): work
+	// that hangs (a tool that never answers) then holds only the slots of
+	// its own class, and a sub-agent that waits for an approval holds none
+	// of a tool's. nil: every process is of one class.
+	Class func(p *Process) (name string, limit int)
+	// Concurrency bounds the attempts of one class running at once, unless
+	// Class says otherwise. Default 16.
 	Concurrency int
-	// Waits says which processes' attempts mostly wait for work done
-	// elsewhere (a sub-agent's turns run by the nodes' dispatch): they take
-	// a slot of WaitConcurrency instead, so a few that wait long (for an
-	// approval, say) do not hold up the rest. nil: none.
-	Waits func(p *Process) bool
-	// WaitConcurrency bounds the waiting attempts. Default 256.
-	WaitConcurrency int
+	// MaxRunning bounds the attempts running at once, all classes
+	// together: each is a goroutine and a lease renewed every third of its
+	// TTL. Default 1024.
+	MaxRunning int
 	// Sweep is how often every process not ended is looked at again, for
 	// runners that vanished. Default TTL.
 	Sweep  time.Duration
@@ -92,8 +96,7 @@ type Worker struct {
 	caught  bool          // the reader has caught up with the stream once
 	caughtC chan struct{} // closed then
 	kick    chan string
-	sem     chan struct{}
-	waitSem chan struct{}
+	slots   slots
 	wg      sync.WaitGroup
 }
 
@@ -116,8 +119,8 @@ func NewWorker(cfg WorkerConfig) *Worker {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 16
 	}
-	if cfg.WaitConcurrency <= 0 {
-		cfg.WaitConcurrency = 256
+	if cfg.MaxRunning <= 0 {
+		cfg.MaxRunning = 1024
 	}
 	if cfg.Sweep == 0 {
 		cfg.Sweep = cfg.TTL
@@ -126,8 +129,7 @@ func NewWorker(cfg WorkerConfig) *Worker {
 		cfg.Logger = slog.Default()
 	}
 	return &Worker{cfg: cfg, subj: cfg.Store.Subjects(), open: map[string]*Process{}, running: map[string]context.CancelCauseFunc{}, stopped: map[string]uint64{},
-		caughtC: make(chan struct{}), kick: make(chan string, 1024), sem: make(chan struct{}, cfg.Concurrency),
-		waitSem: make(chan struct{}, cfg.WaitConcurrency)}
+		caughtC: make(chan struct{}), kick: make(chan string, 1024), slots: newSlots(cfg.MaxRunning)}
 }
 
 // Run works until ctx ends. Attempts running then are stopped: owner-bound
@@ -297,14 +299,15 @@ func (w *Worker) consider(ctx context.Context, pid string) {
 		}
 		return
 	}
-	sem := w.sem
-	if w.cfg.Waits != nil && w.cfg.Waits(snap) {
-		sem = w.waitSem
+	class, limit := "", 0
+	if w.cfg.Class != nil {
+		class, limit = w.cfg.Class(snap)
 	}
-	select {
-	case sem <- struct{}{}:
-	default:
-		return // every slot is taken: the sweep comes back to it
+	if limit <= 0 {
+		limit = w.cfg.Concurrency
+	}
+	if !w.slots.take(class, limit, pid) {
+		return // every slot of its class is taken: it is looked at when one frees
 	}
 	actx, cancel := context.WithCancelCause(ctx)
 	w.mu.Lock()
@@ -316,7 +319,12 @@ func (w *Worker) consider(ctx context.Context, pid string) {
 			w.mu.Lock()
 			delete(w.running, pid)
 			w.mu.Unlock()
-			<-sem
+			if next := w.slots.give(class); next != "" {
+				select {
+				case w.kick <- next:
+				default: // the sweep comes to it
+				}
+			}
 		}()
 		if err := w.attempt(actx, snap, f); err != nil && ctx.Err() == nil {
 			w.cfg.Logger.Warn("process attempt", "process", pid, "action", action, "err", err)
@@ -329,6 +337,10 @@ func (w *Worker) consider(ctx context.Context, pid string) {
 // every write below is a compare-and-set at its head, which fails if the
 // fold is behind and brings it up to date (Registry.appendWith), so the
 // decision is made again on the log as it stands.
+//
+// Every write has a deadline of its own (write), never the attempt's: the
+// work may have run far past any request timeout, or been stopped by a
+// drain, and its outcome must still be written.
 func (w *Worker) attempt(ctx context.Context, p *Process, f Facts) error {
 	pid := p.ID
 	key, err := leases.Key("proc", pid)
@@ -342,13 +354,10 @@ func (w *Worker) attempt(ctx context.Context, p *Process, f Facts) error {
 	if err != nil {
 		return err
 	}
-	// Writes after the attempt's context ended (a drain) still get done.
-	wctx, stop := context.WithTimeout(context.WithoutCancel(ctx), streams.DefaultTimeout)
-	defer stop()
 	release := true
 	defer func() {
 		if release {
-			_ = w.cfg.Leases.Release(wctx, l)
+			_ = write(ctx, func(ctx context.Context) error { return w.cfg.Leases.Release(ctx, l) })
 		}
 	}()
 	// Claimed: whatever another runner wrote before is on the log now.
@@ -361,24 +370,22 @@ func (w *Worker) attempt(ctx context.Context, p *Process, f Facts) error {
 		o := p.LastStart.Owner
 		owner = &o
 	}
+	appendEvent := func(e Event) error {
+		return write(ctx, func(ctx context.Context) error { _, _, err := w.cfg.Registry.Append(ctx, pid, e, p); return err })
+	}
 	switch action {
 	case Leave, FinishRequested:
 		return nil
 	case CancelRun:
-		_, _, err = w.cfg.Registry.Append(wctx, pid, Event{Type: TypeCancelled, Token: l.Token, Data: jsonData(Request{Reason: why})}, p)
-		return err
+		return appendEvent(Event{Type: TypeCancelled, Token: l.Token, Data: jsonData(Request{Reason: why})})
 	case AbandonDead:
-		_, _, err = w.cfg.Registry.Abandon(wctx, pid, l, Abandonment{Writer: Sweep, Owner: owner, Evidence: why})
-		return err
+		return appendEvent(Event{Type: TypeAbandoned, Token: l.Token, Data: jsonData(Abandonment{Writer: Sweep, Owner: owner, Evidence: why})})
 	case AbandonLapsed:
-		_, _, err = w.cfg.Registry.Abandon(wctx, pid, l, Abandonment{Writer: ReconciledRequest, Owner: owner, Evidence: why})
-		return err
+		return appendEvent(Event{Type: TypeAbandoned, Token: l.Token, Data: jsonData(Abandonment{Writer: ReconciledRequest, Owner: owner, Evidence: why})})
 	}
 	if p.Attempts() >= MaxAttempts {
-		o := p.LastStart.Owner
-		_, _, err = w.cfg.Registry.Abandon(wctx, pid, l, Abandonment{Writer: GaveUp, Owner: &o,
-			Evidence: fmt.Sprintf("%d attempts began and none ended", p.Attempts())})
-		return err
+		return appendEvent(Event{Type: TypeAbandoned, Token: l.Token, Data: jsonData(Abandonment{Writer: GaveUp, Owner: owner,
+			Evidence: fmt.Sprintf("%d attempts began and none ended", p.Attempts())})})
 	}
 	run, err := w.cfg.Registry.startOn(ctx, p, l)
 	if err != nil {
@@ -389,16 +396,18 @@ func (w *Worker) attempt(ctx context.Context, p *Process, f Facts) error {
 		// have passed it before this attempt was registered as running.
 		w.cancel(pid, errCancelRequested)
 	}
+	// The lease is renewed until the outcome is written, past the end of
+	// the attempt's context: a drain or a long run must not let it lapse
+	// while the outcome goes out.
 	renewed := make(chan struct{})
-	rctx, stopRenew := context.WithCancel(ctx)
+	rctx, stopRenew := context.WithCancel(context.WithoutCancel(ctx))
 	go w.renew(rctx, l, renewed)
+	defer func() { stopRenew(); <-renewed }()
 	res, err := w.cfg.Executor.Execute(ctx, run)
 	cause := context.Cause(ctx)
 	if ctx.Err() == nil {
 		cause = nil
 	}
-	stopRenew()
-	<-renewed
 	// lost notes an owner-bound attempt that ends here with no outcome:
 	// recovery then abandons it, as nothing else would while this node
 	// lives.
@@ -418,7 +427,7 @@ func (w *Worker) attempt(ctx context.Context, p *Process, f Facts) error {
 		return nil
 	case err == nil:
 		// Done, whatever came meanwhile: the work's outcome stands.
-		err = w.settle(wctx, l, func() error {
+		err = w.settle(ctx, l, func(wctx context.Context) error {
 			var err error
 			if len(res) > MaxDataBytes {
 				_, err = run.Fail(wctx, Failure{Code: "result_too_large", Message: fmt.Sprintf("a result of %d bytes, at most %d", len(res), MaxDataBytes)})
@@ -431,20 +440,23 @@ func (w *Worker) attempt(ctx context.Context, p *Process, f Facts) error {
 			lost()
 		}
 	case errors.Is(cause, errCancelRequested):
-		if err := run.Refresh(wctx); err != nil {
+		err = w.settle(ctx, l, func(wctx context.Context) error {
+			if err := run.Refresh(wctx); err != nil {
+				return err
+			}
+			reason := "cancel requested"
+			if cr := run.Process().CancelRequested; cr != nil {
+				reason = cancelReason(cr)
+			}
+			_, err := run.Cancelled(wctx, reason)
 			return err
-		}
-		reason := "cancel requested"
-		if cr := run.Process().CancelRequested; cr != nil {
-			reason = cancelReason(cr)
-		}
-		_, err = run.Cancelled(wctx, reason)
+		})
 	case cause != nil:
 		// The worker stops: owner-bound work that started is not run
 		// again, so its owner says it is abandoned; other work is handed
 		// back by releasing the lease.
 		if p.Registration.Disposition == OwnerBound {
-			_, err = run.Drained(wctx)
+			err = w.settle(ctx, l, func(wctx context.Context) error { _, err := run.Drained(wctx); return err })
 		}
 		return err
 	case errors.Is(err, ErrRetryable) && run.Attempt() < MaxAttempts:
@@ -455,7 +467,10 @@ func (w *Worker) attempt(ctx context.Context, p *Process, f Facts) error {
 		if !errors.As(err, &xe) {
 			xe = &ExecError{Code: "error", Message: err.Error()}
 		}
-		err = w.settle(wctx, l, func() error { _, err := run.Fail(wctx, Failure{Code: xe.Code, Message: xe.Message}); return err })
+		err = w.settle(ctx, l, func(wctx context.Context) error {
+			_, err := run.Fail(wctx, Failure{Code: xe.Code, Message: xe.Message})
+			return err
+		})
 		if err != nil && !errors.Is(err, ErrTerminal) {
 			lost()
 		}
@@ -466,20 +481,34 @@ func (w *Worker) attempt(ctx context.Context, p *Process, f Facts) error {
 	return err
 }
 
-// settle makes an outcome write, trying again a few times after failures
-// of the moment while the lease lasts: an outcome lost to a blip would
-// leave started owner-bound work open until its node restarts.
-func (w *Worker) settle(ctx context.Context, l *leases.Lease, write func() error) error {
+// writeTimeout bounds one write of the worker (an event, a lease release),
+// whatever deadline the work had.
+const writeTimeout = streams.DefaultTimeout
+
+// write makes one write under a deadline of its own, also after ctx ended.
+func write(ctx context.Context, fn func(ctx context.Context) error) error {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), writeTimeout)
+	defer cancel()
+	return fn(wctx)
+}
+
+// settleTries bounds the tries of an outcome write: 100 ms doubling to 2 s
+// apart, about 7 s in all, each try with its own deadline.
+const settleTries = 8
+
+// settle makes an outcome write, trying again after failures of the
+// moment while the lease lasts (it is renewed meanwhile): an outcome lost
+// to a blip would run the work again, or leave started owner-bound work
+// open until its node restarts. When the tries run out, or the lease is
+// gone, the next holder of the lease decides.
+func (w *Worker) settle(ctx context.Context, l *leases.Lease, fn func(ctx context.Context) error) error {
 	var err error
-	for try := range 5 {
-		if err = write(); err == nil || permanent(err) || !l.Valid(time.Now()) {
+	for try := range settleTries {
+		if err = write(ctx, fn); err == nil || permanent(err) || !l.Valid(time.Now()) {
 			return err
 		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(time.Duration(100<<try) * time.Millisecond):
-		}
+		w.cfg.Logger.Warn("writing a process's outcome; trying again", "lease", l.Key, "try", try+1, "err", err)
+		time.Sleep(min(time.Duration(100<<try)*time.Millisecond, 2*time.Second))
 	}
 	return err
 }

@@ -354,8 +354,10 @@ func testOwnerBoundLeaseLost(t *testing.T, env conformance.Env) {
 	}
 }
 
-// testWaitersApart: attempts that wait (Waits) take slots of their own, so
-// a tool process runs while more waiters than ordinary slots are blocked.
+// testWaitersApart: attempts of one class take slots of their own, so a
+// process of another class runs while more of the first than a class's
+// slots are blocked; one turned away for want of a slot starts as soon as
+// one frees, not at the next sweep.
 func testWaitersApart(t *testing.T, env conformance.Env) {
 	ctx := testCtx(t)
 	d := conformance.Open(t, env)
@@ -374,8 +376,13 @@ func testWaitersApart(t *testing.T, env conformance.Env) {
 	c := d.Reopen(t)
 	wctx, cancel := context.WithCancel(context.Background())
 	w := processes.NewWorker(processes.WorkerConfig{Registry: processes.New(c, "worker"), Leases: holder(t, ctx, c, "worker"), Store: c, Executor: x,
-		TTL: 5 * time.Second, Sweep: 200 * time.Millisecond, Concurrency: 1, WaitConcurrency: 8,
-		Waits: func(p *processes.Process) bool { return p.Registration.Label == "waits" }})
+		TTL: 5 * time.Second, Sweep: time.Hour, Concurrency: 1,
+		Class: func(p *processes.Process) (string, int) {
+			if p.Registration.Label == "waits" {
+				return "waits", 3
+			}
+			return "", 0
+		}})
 	done := make(chan error, 1)
 	go func() { done <- w.Run(wctx) }()
 	defer func() { cancel(); <-done }()
@@ -396,4 +403,23 @@ func testWaitersApart(t *testing.T, env conformance.Env) {
 	if p := await(t, r, "tool"); p.Status() != processes.Completed {
 		t.Fatalf("the tool process with three waiters running: %s", p.Status())
 	}
+	reg := tool(`{"n":3}`)
+	reg.Label = "waits"
+	register(t, ctx, r, "waiter-3", reg)
+	// Looked at in the order registered: once a later process of the other
+	// class ended, the fourth waiter was turned away.
+	register(t, ctx, r, "tool-2", tool(`{"n":"tool-2"}`))
+	if p := await(t, r, "tool-2"); p.Status() != processes.Completed {
+		t.Fatalf("the second tool process: %s", p.Status())
+	}
+	if x.runs("waiter-3") != 0 {
+		t.Fatal("a fourth waiter ran with its class's three slots taken")
+	}
+	release <- struct{}{} // one waiter ends; the fourth takes its slot
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		if x.runs("waiter-3") != 1 {
+			return fmt.Errorf("the fourth waiter is not running yet")
+		}
+		return nil
+	})
 }
