@@ -32,7 +32,10 @@
 //  4. Failures are answers. Invalid arguments, an error returned by the tool,
 //     a panic, the deadline and an unknown tool name all become a ToolError
 //     result whose output tells the model what went wrong, so it can correct
-//     itself. None of them aborts the turn.
+//     itself. None of them aborts the turn. A name is unknown once the
+//     registry has settled (Registry.Settling): while tools served elsewhere
+//     may still be coming back, after a start or a reconnect, a call to one
+//     not found yet waits for it instead.
 //  5. Pending. A tool that needs a decision (a human approval, say) returns
 //     Pending(ticket). The call becomes a ToolPending result whose output is
 //     the ticket, and the turn suspends it. When a decision resumes it in

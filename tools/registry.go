@@ -2,11 +2,13 @@ package tools
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/lash-run/lash/turn"
 )
@@ -31,6 +33,10 @@ const maxNameLen = 64
 type Registry struct {
 	mu    sync.RWMutex
 	tools map[string]entry
+	// settling: until then the registry may lack tools that exist.
+	settling time.Time
+	// changed is closed and replaced at every change.
+	changed chan struct{}
 }
 
 type entry struct {
@@ -40,7 +46,54 @@ type entry struct {
 
 // New returns an empty registry.
 func New() *Registry {
-	return &Registry{tools: make(map[string]entry)}
+	return &Registry{tools: make(map[string]entry), changed: make(chan struct{})}
+}
+
+// Settling says that until t the registry may lack tools that exist:
+// those served elsewhere that discovery has not found yet, after a start
+// or a reconnect. Until then a call to a tool it does not hold waits for
+// the tool, within the call's deadline, instead of failing as unknown: a
+// restart must not turn "not found yet" into a recorded failure. A zero t
+// says the registry has settled.
+func (r *Registry) Settling(t time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.settling = t
+	r.notify()
+}
+
+// notify wakes those waiting for a change; r.mu is held.
+func (r *Registry) notify() {
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+// Await returns the tool registered under name, waiting for it while the
+// registry is settling (see Settling). It returns false once the registry
+// settled without it, or when ctx ends first.
+func (r *Registry) Await(ctx context.Context, name string) (Tool, bool) {
+	for {
+		r.mu.RLock()
+		e, ok := r.tools[name]
+		until, changed := r.settling, r.changed
+		r.mu.RUnlock()
+		if ok {
+			return e.tool, true
+		}
+		wait := time.Until(until)
+		if wait <= 0 {
+			return nil, false
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-changed:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, false
+		}
+		t.Stop()
+	}
 }
 
 // Register adds t under its Spec().Name. It refuses a nil tool, a name that is
@@ -73,6 +126,7 @@ func (r *Registry) put(t Tool, replace bool) error {
 		return fmt.Errorf("%w: %q is already registered", ErrDuplicate, spec.Name)
 	}
 	r.tools[spec.Name] = entry{tool: t, spec: spec}
+	r.notify()
 	return nil
 }
 
@@ -91,6 +145,9 @@ func (r *Registry) Remove(name string) bool {
 	defer r.mu.Unlock()
 	_, ok := r.tools[name]
 	delete(r.tools, name)
+	if ok {
+		r.notify()
+	}
 	return ok
 }
 

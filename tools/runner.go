@@ -93,6 +93,16 @@ func (r *Runner) Invoke(ctx context.Context, call turn.PendingCall, attempt int,
 	name := call.Call.Name
 	t, ok := r.reg.Get(name)
 	if !ok {
+		// Perhaps not found yet (the registry is settling): wait for it
+		// within the default deadline, as the call would have run.
+		wctx, cancel := context.WithTimeout(ctx, r.timeout)
+		t, ok = r.reg.Await(wctx, name)
+		cancel()
+		if ctx.Err() != nil {
+			return turn.ToolResult{}, interrupted(ctx)
+		}
+	}
+	if !ok {
 		return failed(call, fmt.Sprintf("unknown tool %q", name)), nil
 	}
 	timeout := r.timeout

@@ -420,3 +420,39 @@ func TestRunBatchEmpty(t *testing.T) {
 		t.Fatalf("got %+v, %v", results, err)
 	}
 }
+
+// While the registry settles, a call to a tool it does not hold yet waits
+// for the tool and runs it; once it settled, such a call fails at once as
+// unknown; a call waiting when its context ends has no outcome.
+func TestUnknownToolWhileSettling(t *testing.T) {
+	reg := tools.New()
+	r := tools.NewRunner(reg)
+	reg.Settling(time.Now().Add(time.Hour))
+	done := make(chan invoked, 1)
+	go func() { done <- invoke(t, context.Background(), r, pendingCall("c1", "late", `{}`), 2, true) }()
+	late := mustFunc(t, "late", func(ctx context.Context, _ none) (string, error) { return "came back", nil })
+	if err := reg.Register(late); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-done; got.err != nil || got.res.Status != turn.ToolOK || got.res.Output != "came back" {
+		t.Fatalf("a call to a tool found while settling: %+v, %v", got.res, got.err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { done <- invoke(t, ctx, r, pendingCall("c2", "gone", `{}`), 2, true) }()
+	cancel()
+	if got := <-done; !errors.Is(got.err, tools.ErrInterrupted) {
+		t.Fatalf("a call waiting for a tool when its context ended: %+v, %v; want ErrInterrupted", got.res, got.err)
+	}
+
+	go func() { done <- invoke(t, context.Background(), r, pendingCall("c3", "gone", `{}`), 2, true) }()
+	reg.Settling(time.Time{}) // settled without it
+	if got := <-done; got.err != nil || got.res.Status != turn.ToolError || !strings.Contains(got.res.Output, `unknown tool "gone"`) {
+		t.Fatalf("a call to a tool the registry settled without: %+v, %v", got.res, got.err)
+	}
+	// A window that has run out is settled too.
+	reg.Settling(time.Now().Add(-time.Second))
+	if got := invoke(t, context.Background(), r, pendingCall("c4", "gone", `{}`), 1, false); got.res.Status != turn.ToolError {
+		t.Fatalf("a call after the window: %+v, %v", got.res, got.err)
+	}
+}

@@ -195,7 +195,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) (err error) {
 	}()
 	go func() {
 		defer waking.Done()
-		ts.refresh(side, s.toolRefresh)
+		ts.refresh(side, s.toolRefresh, watch.reconnected)
 	}()
 	log.Info("lash-node running", "incarnation", owner.Incarnation, "version", nodeVersion(), "prefix", prefix,
 		"tools", ts.count(), "api", nodeapi.Subject(prefix, "*"))
@@ -250,9 +250,14 @@ var errNATSClosed = errors.New("NATS connection closed for good")
 type connWatch struct {
 	ours atomic.Bool // set before lash-node closes the connection
 	lost chan error  // why the connection was closed for good; at most one
+	// reconnected has a value after each reconnect: tools served over
+	// NATS may be coming back.
+	reconnected chan struct{}
 }
 
-func newConnWatch() *connWatch { return &connWatch{lost: make(chan error, 1)} }
+func newConnWatch() *connWatch {
+	return &connWatch{lost: make(chan error, 1), reconnected: make(chan struct{}, 1)}
+}
 
 // options are the watch's handlers, for the connection's options: the
 // ClosedHandler, and an ErrorHandler that logs the errors no call returns
@@ -275,6 +280,10 @@ func (w *connWatch) options(log *slog.Logger) []nats.Option {
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
 			log.Info("NATS reconnected", "url", nc.ConnectedUrlRedacted())
+			select {
+			case w.reconnected <- struct{}{}:
+			default:
+			}
 		}),
 		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
 			if sub != nil {

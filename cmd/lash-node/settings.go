@@ -72,7 +72,7 @@ func newFlagSet(s *settings) *flag.FlagSet {
 	s.machine.Register(fs)
 	fs.StringVar(&s.script, "script", "", "scripted model: a script `file` (format: provider/scripted), for offline runs")
 	fs.StringVar(&s.baseURL, "base-url", "", "OpenAI-compatible API `URL`, with the /v1 path (default with --model: "+openai.DefaultBaseURL+"); the key is read from "+apiKeyEnv)
-	fs.DurationVar(&s.modelTimeout, "model-timeout", 5*time.Minute, "bound on one model call (0: none)")
+	fs.DurationVar(&s.modelTimeout, "model-timeout", 5*time.Minute, "bound on one model call")
 	fs.BoolVar(&s.stream, "stream", true, "stream model answers: pieces go out as live text_delta events while the call runs (false: whole answers)")
 	fs.DurationVar(&s.liveRetention, "live-retention", streams.DefaultLiveRetention, "how long the LIVE stream keeps live events for watchers that reconnect")
 	s.liveMaxBytes = streams.DefaultLiveMaxBytes
@@ -82,7 +82,7 @@ func newFlagSet(s *settings) *flag.FlagSet {
 	fs.IntVar(&s.concurrency, "concurrency", 16, "`sessions` this node runs at once")
 	fs.DurationVar(&s.leaseTTL, "lease-ttl", 15*time.Second, "how long a session lease outlives its last renewal (whole seconds): how soon another node takes over the sessions of a node that vanished")
 	fs.DurationVar(&s.toolTimeout, "tool-timeout", time.Minute, "default bound on one tool call")
-	fs.DurationVar(&s.toolRefresh, "tool-refresh", 10*time.Second, "how often tools served over NATS (<prefix>.tool.<name>) are discovered again (0: only at start)")
+	fs.DurationVar(&s.toolRefresh, "tool-refresh", 10*time.Second, "how often tools served over NATS (<prefix>.tool.<name>) are discovered again (at least 100ms)")
 	fs.DurationVar(&s.drainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM or SIGINT, how long running turns may finish before they are stopped (and finished later by replay)")
 	fs.StringVar(&s.otlpEndpoint, "otlp-endpoint", "", "OTLP/HTTP `URL` to export traces to (a span per turn and per effect), e.g. http://localhost:4318; empty: off, unless OTEL_EXPORTER_OTLP_ENDPOINT is set")
 	fs.StringVar(&s.http, "http", "127.0.0.1:9464", "`address` serving /healthz and /metrics; off: none")
@@ -196,8 +196,14 @@ func (s *settings) check() error {
 		return usage("--live-storage %q: give memory or file", s.liveStorage)
 	case s.liveRetention < time.Second || s.liveMaxBytes < 1<<20:
 		return usage("--live-retention and --live-max-bytes: at least 1s and 1MiB")
-	case s.toolRefresh < 0 || s.drainTimeout < 0 || s.modelTimeout < 0:
-		return usage("--tool-refresh, --drain-timeout and --model-timeout cannot be negative")
+	case s.toolRefresh < minToolRefresh:
+		return usage("--tool-refresh %s: at least %s (tools served over NATS come and go; a node that stopped looking would never see one come back)", s.toolRefresh, minToolRefresh)
+	case s.modelTimeout <= 0:
+		return usage("--model-timeout must be positive: a model call with no bound could hold its session for good")
+	case s.drainTimeout < 0:
+		return usage("--drain-timeout cannot be negative")
+	case s.maxInput == 0 || s.inline == 0 || s.maxPayload == 0:
+		return usage("--max-input, --inline-max and --max-payload must be positive")
 	}
 	if s.conn.URL == "" {
 		host, _, err := net.SplitHostPort(s.listen)

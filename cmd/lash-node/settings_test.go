@@ -45,6 +45,11 @@ func TestBadSettingsExit2(t *testing.T) {
 		{"bad log level", nil, []string{"--script", script, "--log-level", "chatty"}, "--log-level must be"},
 		{"bad http address", nil, []string{"--script", script, "--http", "9464"}, `--http "9464": want host:port or off`},
 		{"bad prefix", nil, []string{"--script", script, "--prefix", "Lash.Prod"}, "prefix"},
+		{"empty prefix", nil, []string{"--script", script, "--prefix", ""}, "--prefix cannot be empty"},
+		{"no replicas", nil, []string{"--script", script, "--replicas", "0"}, "--replicas 0: must be 1 to 5"},
+		{"no input size", nil, []string{"--script", script, "--max-input", "0"}, "--max-input, --inline-max and --max-payload must be positive"},
+		{"no tool refresh", nil, []string{"--script", script, "--tool-refresh", "0s"}, "--tool-refresh 0s: at least 100ms"},
+		{"no model timeout", nil, []string{"--script", script, "--model-timeout", "0s"}, "--model-timeout must be positive"},
 		{"stray argument", nil, []string{"--script", script, "serve"}, `unexpected argument "serve"`},
 		{"demo arguments", nil, []string{"demo", "--fast"}, "demo takes no arguments"},
 	}

@@ -35,6 +35,46 @@ type toolSet struct {
 	// known holds the problems logged already, so a bad endpoint is
 	// logged when it appears, not at every refresh.
 	known map[string]bool
+	// settleEnd: until then tools served over NATS may still be coming
+	// back (a start, a reconnect): see settle.
+	settleEnd time.Time
+}
+
+// settleEvery is how often tools are discovered while they may still be
+// coming back.
+const settleEvery = 500 * time.Millisecond
+
+// settle opens a window in which tools served over NATS may still be
+// coming back: after the node starts or reconnects, their servers
+// reconnect too, and until discovery finds them a call to one of them
+// must not fail as unknown. For natstool.NoServerWait (the time a call
+// waits for a server of its tool to come back) the registry is settling
+// (tools.Registry.Settling): a call to a tool it lacks waits for it, and
+// discovery runs every settleEvery. The first discovery begun after the
+// window ends settles the registry: a tool still missing is known gone.
+func (t *toolSet) settle(now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.settleEnd = now.Add(natstool.NoServerWait)
+	// A bound of its own, should the refresh loop stop.
+	t.reg.Settling(t.settleEnd.Add(natstool.DefaultDiscoverTimeout + settleEvery))
+}
+
+// settling reports whether a discovery begun at now falls in the window.
+func (t *toolSet) settling(now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !t.settleEnd.IsZero() && now.Before(t.settleEnd)
+}
+
+// settled ends the window once a discovery begun after it is done.
+func (t *toolSet) settled(begun time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.settleEnd.IsZero() && !begun.Before(t.settleEnd) {
+		t.settleEnd = time.Time{}
+		t.reg.Settling(time.Time{})
+	}
 }
 
 func newToolSet(nc *nats.Conn, prefix string, log *slog.Logger, problem func()) (*toolSet, error) {
@@ -46,6 +86,7 @@ func newToolSet(nc *nats.Conn, prefix string, log *slog.Logger, problem func()) 
 	for _, spec := range t.reg.Specs() {
 		t.builtin[spec.Name] = true
 	}
+	t.settle(time.Now())
 	return t, nil
 }
 
@@ -137,23 +178,37 @@ func (t *toolSet) sync(ctx context.Context) error {
 	return nil
 }
 
-// refresh syncs every interval until ctx ends.
-func (t *toolSet) refresh(ctx context.Context, every time.Duration) {
-	if every <= 0 {
-		return
-	}
-	tick := time.NewTicker(every)
-	defer tick.Stop()
+// refresh syncs every interval until ctx ends, every settleEvery while
+// tools may still be coming back, and opens that window again at each
+// reconnect.
+func (t *toolSet) refresh(ctx context.Context, every time.Duration, reconnected <-chan struct{}) {
+	next := time.NewTimer(t.interval(time.Now(), every))
+	defer next.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
-			if err := t.sync(ctx); err != nil && ctx.Err() == nil {
+		case <-reconnected:
+			t.settle(time.Now())
+		case <-next.C:
+			begun := time.Now()
+			err := t.sync(ctx)
+			if err != nil && ctx.Err() == nil {
 				t.log.Warn("tools served over NATS not refreshed", "err", err)
 			}
+			if err == nil {
+				t.settled(begun)
+			}
 		}
+		next.Reset(t.interval(time.Now(), every))
 	}
+}
+
+func (t *toolSet) interval(now time.Time, every time.Duration) time.Duration {
+	if t.settling(now) {
+		return min(every, settleEvery)
+	}
+	return every
 }
 
 // count is how many tools the registry holds.
@@ -165,3 +220,6 @@ func conflicted(err error, name string) bool {
 	var c *natstool.ConflictError
 	return errors.As(err, &c) && c.Name == name
 }
+
+// minToolRefresh is the shortest --tool-refresh.
+const minToolRefresh = 100 * time.Millisecond

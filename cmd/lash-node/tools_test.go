@@ -2,13 +2,18 @@ package main
 
 import (
 	"context"
+	"errors"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lash-run/lash/testenv"
+	"github.com/lash-run/lash/tools"
 	"github.com/lash-run/lash/tools/natstool"
+	"github.com/lash-run/lash/turn"
 	"github.com/nats-io/nats.go/micro"
 )
 
@@ -186,4 +191,66 @@ func TestToolSyncKeepsConflicted(t *testing.T) {
 	if !ok || tool.Spec().Description != "append to the ledger" {
 		t.Fatalf("ledger_append after the conflict: %v %+v", ok, tool)
 	}
+}
+
+// After a start, a tool served over NATS may still be on its way back:
+// the registry settles only once a discovery begun after the window found
+// what there is. Meanwhile a call to a tool not found yet waits for it,
+// and a refresh finds it soon; a reconnect opens the window again.
+func TestToolSetSettles(t *testing.T) {
+	srv := testenv.RunJetStream(t)
+	ts, err := newToolSet(srv.Conn(t), "lash", slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := tools.NewRunner(ts.reg)
+	call := turn.PendingCall{Call: turn.ToolCall{ID: "c1", Name: "ledger_append", Arguments: `{}`},
+		Key: turn.ReplayKey{Session: "s1", Turn: "t1", Kind: turn.KindToolCall, Effect: 1, Call: "c1"}}
+	type result struct {
+		res turn.ToolResult
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		res, err := r.Invoke(context.Background(), call, 2, true)
+		got <- result{res, err}
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	reconnected := make(chan struct{}, 1)
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); ts.refresh(ctx, time.Hour, reconnected) }()
+	defer func() { cancel(); <-stopped }()
+	serveTool(t, srv, "ledger", "ledger_append", "append to the ledger") // its server comes back
+	if g := <-got; g.err != nil || g.res.Status != turn.ToolOK || g.res.Output != "ok" {
+		t.Fatalf("a call resumed before its tool was found: %+v, %v", g.res, g.err)
+	}
+	if !ts.settling(time.Now()) {
+		t.Fatal("the window closed before its time")
+	}
+	// Once a discovery begun after the window is done, the registry has
+	// settled: a tool no server has is unknown at once.
+	ts.mu.Lock()
+	ts.settleEnd = time.Now()
+	ts.mu.Unlock()
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		ts.mu.Lock()
+		open := !ts.settleEnd.IsZero()
+		ts.mu.Unlock()
+		if open {
+			return errors.New("not settled yet")
+		}
+		return nil
+	})
+	gone := call
+	gone.Call.Name = "nobody_serves"
+	if res, err := r.Invoke(context.Background(), gone, 1, false); err != nil || !strings.Contains(res.Output, "unknown tool") {
+		t.Fatalf("a call to a tool nobody serves, settled: %+v, %v", res, err)
+	}
+	reconnected <- struct{}{}
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		if !ts.settling(time.Now()) {
+			return errors.New("a reconnect did not open the window")
+		}
+		return nil
+	})
 }

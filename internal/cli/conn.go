@@ -49,6 +49,14 @@ func (c *Conn) Aliases() map[string][]string { return map[string][]string{"nats"
 
 // Validate checks the settings that need no server.
 func (c *Conn) Validate() error {
+	// The stream layer takes zero values for its defaults; given on the
+	// command line they are mistakes.
+	switch {
+	case c.Prefix == "":
+		return fmt.Errorf("%w: --prefix cannot be empty (the default is %s)", ErrUsage, streams.DefaultPrefix)
+	case c.Replicas < 1:
+		return fmt.Errorf("%w: --replicas %d: must be 1 to 5", ErrUsage, c.Replicas)
+	}
 	if err := c.Streams().Validate(); err != nil {
 		return fmt.Errorf("%w: %v", ErrUsage, err)
 	}
