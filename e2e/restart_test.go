@@ -119,10 +119,10 @@ default
 
 type processList struct {
 	Processes []struct {
-		ID       string          `json:"id"`
-		Status   string          `json:"status"`
-		Attempts int             `json:"attempts"`
-		Kind     string          `json:"kind"`
+		ID       string `json:"id"`
+		Status   string `json:"status"`
+		Attempts int    `json:"attempts"`
+		Kind     string `json:"kind"`
 		Error    string `json:"error"`
 	} `json:"processes"`
 }
