@@ -20,3 +20,6 @@ func (n *Node) parked(ctx context.Context) ([]parkedCall, error) {
 	}
 	return parkedIn(n.proj)
 }
+
+// withHold calls hold as each signal or fired timer is taken.
+func withHold(hold func(kind, subject string)) Option { return func(o *options) { o.hold = hold } }

@@ -64,6 +64,9 @@ type options struct {
 	router func(*triggers.RouterConfig)
 	// eventSecret signs event keys and tickets (WithEventSecret).
 	eventSecret []byte
+	// hold, if set, is called as a signal or a fired timer is taken, before
+	// anything is done with it (tests hold work there to kill the node).
+	hold func(kind, subject string)
 }
 
 // WithConn uses an existing NATS connection.

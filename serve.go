@@ -3,7 +3,6 @@ package lash
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/lash-run/lash/leases"
@@ -39,35 +38,8 @@ func (n *Node) Serve(ctx context.Context) error {
 	if limit <= 0 {
 		limit = 16
 	}
-	sem := make(chan struct{}, limit)
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	for ctx.Err() == nil && !n.isClosing() {
-		// Ask only for as much as there is room to run.
-		sem <- struct{}{}
-		free := 1
-		for free < limit && len(sem) < limit {
-			sem <- struct{}{}
-			free++
-		}
-		got, err := d.Fetch(ctx, free, time.Second, func(dl *streams.Delivery) {
-			wg.Add(1)
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				n.dispatch(ctx, dl)
-			}()
-		})
-		for range free - got {
-			<-sem
-		}
-		if err != nil && ctx.Err() == nil {
-			n.opts.logger.Warn("dispatch fetch failed", "node", n.opts.nodeID, "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-		}
-	}
+	d.Serve(ctx, limit, func() bool { return !n.isClosing() }, func(dl *streams.Delivery) { n.dispatch(ctx, dl) },
+		func(err error) { n.opts.logger.Warn("dispatch fetch failed", "node", n.opts.nodeID, "err", err) })
 	return ctx.Err()
 }
 
@@ -83,26 +55,8 @@ func (n *Node) dispatch(ctx context.Context, dl *streams.Delivery) {
 		_ = dl.Ack()
 		return
 	}
-	// The run keeps the delivery while it lives. The keeper stops before
-	// the delivery is settled: a progress note after a retry's would
-	// bring the input back after the ack wait, not the retry's delay.
-	done, kept := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(kept)
-		t := time.NewTicker(dispatchAckWait / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				_ = dl.InProgress()
-			}
-		}
-	}()
+	// The delivery is kept while the run lives (Dispatcher.Serve).
 	cursor, err := n.runServed(ctx, sid)
-	close(done)
-	<-kept
 	var attempt *AttemptError
 	switch {
 	case err == nil && cursor >= dl.Msg.Seq:

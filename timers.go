@@ -98,37 +98,31 @@ func (s *Session) armWaits(ctx context.Context, before, after []turn.SuspendedCa
 // wakeDue handles fired timers: one node takes each, and another takes it
 // again if that node fails before it is done.
 func (n *Node) wakeDue(ctx context.Context) error {
-	d, err := n.client.Dispatcher(ctx, streams.Timers, timerConsumer, []string{n.client.Subjects().AllTimersDue()}, 30*time.Second)
+	d, err := n.client.Dispatcher(ctx, streams.Timers, timerConsumer, []string{n.client.Subjects().AllTimersDue()}, dispatchAckWait)
 	if err != nil {
 		return err
 	}
-	for ctx.Err() == nil {
-		_, err := d.Fetch(ctx, 64, time.Second, func(dl *streams.Delivery) {
-			again, err := n.due(ctx, dl.Msg)
-			if err == nil && !again {
-				kind, a, _, _ := n.client.Subjects().TimerOf(dl.Msg.Subject)
-				n.observe(Event{Kind: EventTimerFired, Session: a, Effect: kind, Took: time.Since(dl.Msg.Time)})
-			}
-			switch {
-			case err != nil:
-				n.retryOrGiveUp(ctx, dl, "fired timer", err)
-			case again && dl.Delivered < dueRetries:
-				_ = dl.Retry(time.Second)
-			default:
-				if again {
-					n.opts.logger.Warn("fired timer given up: its call was never parked", "subject", dl.Msg.Subject, "tries", dl.Delivered)
-				}
-				_ = dl.Ack()
-			}
-		})
-		if err != nil && ctx.Err() == nil {
-			n.opts.logger.Warn("timer fetch failed", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
+	d.Serve(ctx, sideSlots, nil, func(dl *streams.Delivery) {
+		if n.opts.hold != nil {
+			n.opts.hold("timer", dl.Msg.Subject)
 		}
-	}
+		again, err := n.due(ctx, dl.Msg)
+		if err == nil && !again {
+			kind, a, _, _ := n.client.Subjects().TimerOf(dl.Msg.Subject)
+			n.observe(Event{Kind: EventTimerFired, Session: a, Effect: kind, Took: time.Since(dl.Msg.Time)})
+		}
+		switch {
+		case err != nil:
+			n.retryOrGiveUp(ctx, dl, "fired timer", err)
+		case again && dl.Delivered < dueRetries:
+			_ = dl.Retry(time.Second)
+		default:
+			if again {
+				n.opts.logger.Warn("fired timer given up: its call was never parked", "subject", dl.Msg.Subject, "tries", dl.Delivered)
+			}
+			_ = dl.Ack()
+		}
+	}, func(err error) { n.opts.logger.Warn("timer fetch failed", "err", err) })
 	return nil
 }
 

@@ -109,29 +109,27 @@ func (n *Node) wakeOnLastSignal(ctx context.Context, pc parkedCall) error {
 	return n.wake(ctx, pc, string(m.Data))
 }
 
+// sideSlots bounds the signals, and apart from them the fired timers, a
+// node handles at once.
+const sideSlots = 16
+
 func (n *Node) wakeSignals(ctx context.Context) error {
-	d, err := n.client.Dispatcher(ctx, streams.Triggers, signalConsumer, []string{n.client.Subjects().Signals()}, 30*time.Second)
+	d, err := n.client.Dispatcher(ctx, streams.Triggers, signalConsumer, []string{n.client.Subjects().Signals()}, dispatchAckWait)
 	if err != nil {
 		return err
 	}
-	for ctx.Err() == nil {
-		// Signals are handled as each arrives: a wait wakes at once. The
-		// fetch ignores ctx, so its wait bounds how long a stop takes.
-		_, err := d.Fetch(ctx, 64, time.Second, func(dl *streams.Delivery) {
-			if err := n.signal(ctx, dl.Msg); err != nil {
-				n.retryOrGiveUp(ctx, dl, "signal", err)
-				return
-			}
-			_ = dl.Ack()
-		})
-		if err != nil && ctx.Err() == nil {
-			n.opts.logger.Warn("signal fetch failed", "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
+	// Each signal is handled as it arrives, so a wait wakes at once; one
+	// whose node dies comes back to another within the ack wait.
+	d.Serve(ctx, sideSlots, nil, func(dl *streams.Delivery) {
+		if n.opts.hold != nil {
+			n.opts.hold("signal", dl.Msg.Subject)
 		}
-	}
+		if err := n.signal(ctx, dl.Msg); err != nil {
+			n.retryOrGiveUp(ctx, dl, "signal", err)
+			return
+		}
+		_ = dl.Ack()
+	}, func(err error) { n.opts.logger.Warn("signal fetch failed", "err", err) })
 	return nil
 }
 

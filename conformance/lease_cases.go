@@ -346,9 +346,9 @@ func testLeaseExpiry(t *testing.T, env Env) {
 	wantHolder(t, ctx, a, lb)
 }
 
-// deadPID returns the PID of a child process that has exited and been
+// DeadPID returns the PID of a child process that has exited and been
 // reaped: no process has it (barring reuse within microseconds).
-func deadPID(t *testing.T) int {
+func DeadPID(t *testing.T) int {
 	t.Helper()
 	cmd := exec.Command("true")
 	if err := cmd.Run(); err != nil {
@@ -388,7 +388,7 @@ func testLeaseFastReclaim(t *testing.T, env Env) {
 			t.Skip("no boot id or host name on this system: PIDs cannot be compared")
 		}
 		owner := leases.LocalOwner("dead-pid")
-		owner.PID = deadPID(t)
+		owner.PID = DeadPID(t)
 		holder := beating(t, ctx, d.client, owner) // only the PID shows death
 		key := leaseKey(t, "dead-pid")
 		reclaim(t, key, holder, claim(t, ctx, holder, key, longTTL))
@@ -404,7 +404,7 @@ func testLeaseFastReclaim(t *testing.T, env Env) {
 	t.Run("other-host", func(t *testing.T) {
 		owner := leases.LocalOwner("far")
 		owner.Host = "elsewhere"
-		owner.PID = deadPID(t) // dead here, which says nothing about elsewhere
+		owner.PID = DeadPID(t) // dead here, which says nothing about elsewhere
 		holder := beating(t, ctx, d.client, owner)
 		key := leaseKey(t, "far")
 		hl := claim(t, ctx, holder, key, longTTL)
@@ -415,7 +415,7 @@ func testLeaseFastReclaim(t *testing.T, env Env) {
 	t.Run("other-boot", func(t *testing.T) {
 		owner := leases.LocalOwner("old-boot")
 		owner.Boot = "another-boot"
-		owner.PID = deadPID(t) // a PID of another boot proves nothing
+		owner.PID = DeadPID(t) // a PID of another boot proves nothing
 		holder := beating(t, ctx, d.client, owner)
 		key := leaseKey(t, "old-boot")
 		hl := claim(t, ctx, holder, key, longTTL)

@@ -36,7 +36,7 @@ type call struct {
 
 // serveCount serves the tool name on url from n instances; each call
 // takes delay.
-func serveCount(t *testing.T, url, name string, n int, delay time.Duration) *countTool {
+func serveCount(t testing.TB, url, name string, n int, delay time.Duration) *countTool {
 	t.Helper()
 	c := &countTool{}
 	for i := range n {

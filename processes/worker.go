@@ -65,7 +65,12 @@ type WorkerConfig struct {
 	MaxRunning int
 	// Sweep is how often every process not ended is looked at again, for
 	// runners that vanished. Default TTL.
-	Sweep  time.Duration
+	Sweep time.Duration
+	// Watch is how often the runners of processes run elsewhere are looked
+	// at for proof of death (their PID on this host, their node's
+	// liveness), so their work is taken over at once, not at the next
+	// sweep. Default 500ms.
+	Watch  time.Duration
 	Logger *slog.Logger
 	// OnEnd is called for each process the worker sees end, from its
 	// reading loop (it must not block for long): live is false for those
@@ -93,6 +98,9 @@ type Worker struct {
 	// outcome's writes failing): the runner's own word that the attempt
 	// is gone, though its node lives.
 	stopped map[string]uint64
+	// heldBy is the holder of each process lease a claim found busy: a
+	// runner whose start is not on the log yet, watched like the others.
+	heldBy  map[string]leases.Owner
 	caught  bool          // the reader has caught up with the stream once
 	caughtC chan struct{} // closed then
 	kick    chan string
@@ -125,10 +133,13 @@ func NewWorker(cfg WorkerConfig) *Worker {
 	if cfg.Sweep == 0 {
 		cfg.Sweep = cfg.TTL
 	}
+	if cfg.Watch == 0 {
+		cfg.Watch = 500 * time.Millisecond
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Worker{cfg: cfg, subj: cfg.Store.Subjects(), open: map[string]*Process{}, running: map[string]context.CancelCauseFunc{}, stopped: map[string]uint64{},
+	return &Worker{cfg: cfg, subj: cfg.Store.Subjects(), open: map[string]*Process{}, running: map[string]context.CancelCauseFunc{}, stopped: map[string]uint64{}, heldBy: map[string]leases.Owner{},
 		caughtC: make(chan struct{}), kick: make(chan string, 1024), slots: newSlots(cfg.MaxRunning)}
 }
 
@@ -142,6 +153,8 @@ func (w *Worker) Run(parent context.Context) error {
 	go func() { readErr <- w.read(ctx) }()
 	t := time.NewTicker(w.cfg.Sweep)
 	defer t.Stop()
+	watch := time.NewTicker(w.cfg.Watch)
+	defer watch.Stop()
 	caught := w.caughtC
 	var err error
 loop:
@@ -161,6 +174,10 @@ loop:
 			w.consider(ctx, pid)
 		case <-t.C:
 			w.sweep(ctx)
+		case <-watch.C:
+			if caught == nil {
+				w.watchRunners(ctx)
+			}
 		}
 	}
 	cancel()
@@ -226,6 +243,7 @@ func (w *Worker) apply(m *streams.Msg) (ended *Process, live bool) {
 		w.cfg.Logger.Error("process log unreadable; the process is left as it is", "process", pid, "seq", m.Seq, "err", err)
 		delete(w.open, pid)
 		delete(w.stopped, pid)
+		delete(w.heldBy, pid)
 		return nil, false
 	}
 	w.open[pid] = p
@@ -234,12 +252,15 @@ func (w *Worker) apply(m *streams.Msg) (ended *Process, live bool) {
 	case p.Ended():
 		delete(w.open, pid)
 		delete(w.stopped, pid)
+		delete(w.heldBy, pid)
 		if cancel != nil {
 			cancel(errEndedElsewhere)
 		}
 		return p, w.caught
 	case e.Type == TypeCancelRequested && cancel != nil:
 		cancel(errCancelRequested)
+	case e.Type == TypeStarted:
+		delete(w.heldBy, pid) // its runner is on the log now
 	}
 	if w.caught && (e.Type == TypeRegistered || e.Type == TypeCancelRequested || e.Type == TypeAbandonRequested) {
 		select {
@@ -248,6 +269,43 @@ func (w *Worker) apply(m *streams.Msg) (ended *Process, live bool) {
 		}
 	}
 	return nil, false
+}
+
+// watchRunners looks at the runners of the processes run elsewhere (the
+// newest attempt's, or a lease's holder that has not started yet) and
+// considers at once those of every runner proved dead: its PID gone on
+// this host (no round trip), or its node's liveness gone (one read per
+// runner, not per process).
+func (w *Worker) watchRunners(ctx context.Context) {
+	w.mu.Lock()
+	byOwner := map[leases.Owner][]string{}
+	for pid, p := range w.open {
+		if _, here := w.running[pid]; here {
+			continue
+		}
+		if o, ok := w.heldBy[pid]; ok {
+			byOwner[o] = append(byOwner[o], pid)
+		} else if p.LastStart != nil {
+			o := p.LastStart.Owner.Lease()
+			byOwner[o] = append(byOwner[o], pid)
+		}
+	}
+	w.mu.Unlock()
+	self := w.cfg.Leases.Owner()
+	for o, pids := range byOwner {
+		if ctx.Err() != nil {
+			return
+		}
+		if o.ID == self.ID && o.Incarnation == self.Incarnation {
+			continue // this worker: its own stops are noted where they happen
+		}
+		if ev, err := w.cfg.Leases.DeathEvidence(ctx, o); err != nil || ev == "" {
+			continue
+		}
+		for _, pid := range pids {
+			w.consider(ctx, pid)
+		}
+	}
 }
 
 func (w *Worker) sweep(ctx context.Context) {
@@ -348,12 +406,24 @@ func (w *Worker) attempt(ctx context.Context, p *Process, f Facts) error {
 		return err
 	}
 	l, err := w.cfg.Leases.Claim(ctx, key, w.cfg.TTL)
+	var busy *leases.BusyError
+	if errors.As(err, &busy) {
+		w.mu.Lock()
+		if _, open := w.open[pid]; open {
+			w.heldBy[pid] = busy.Holder // a live runner has it: watched
+		}
+		w.mu.Unlock()
+		return nil
+	}
 	if errors.Is(err, leases.ErrBusy) {
-		return nil // a live runner has it
+		return nil
 	}
 	if err != nil {
 		return err
 	}
+	w.mu.Lock()
+	delete(w.heldBy, pid)
+	w.mu.Unlock()
 	release := true
 	defer func() {
 		if release {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -13,7 +14,8 @@ import (
 // each message goes to one node at a time, and comes back to some node if
 // it is not acknowledged within the ack wait (its node died, or declined).
 type Dispatcher struct {
-	cons jetstream.Consumer
+	cons    jetstream.Consumer
+	ackWait time.Duration
 }
 
 // Delivery is one dispatched message.
@@ -22,13 +24,23 @@ type Delivery struct {
 	// Delivered counts the deliveries of this message, this one included.
 	Delivered uint64
 	raw       jetstream.Msg
+	// stopKeeping ends the progress notes of Serve, if any, and waits for
+	// the last: a note after a retry would bring the message back after
+	// the ack wait, not the retry's delay.
+	stopKeeping func()
+}
+
+func (d *Delivery) settle() {
+	if d.stopKeeping != nil {
+		d.stopKeeping()
+	}
 }
 
 // Ack says the message's work is done.
-func (d *Delivery) Ack() error { return d.raw.Ack() }
+func (d *Delivery) Ack() error { d.settle(); return d.raw.Ack() }
 
 // Retry hands the message back, to be delivered again after delay.
-func (d *Delivery) Retry(delay time.Duration) error { return d.raw.NakWithDelay(delay) }
+func (d *Delivery) Retry(delay time.Duration) error { d.settle(); return d.raw.NakWithDelay(delay) }
 
 // InProgress extends the ack wait while long work goes on.
 func (d *Delivery) InProgress() error { return d.raw.InProgress() }
@@ -56,7 +68,69 @@ func (c *Client) Dispatcher(ctx context.Context, s Stream, name string, filters 
 	if err != nil {
 		return nil, fmt.Errorf("streams: dispatcher %s: %w", name, err)
 	}
-	return &Dispatcher{cons: cons}, nil
+	return &Dispatcher{cons: cons, ackWait: ackWait}, nil
+}
+
+// Serve hands out deliveries until ctx ends, each to fn in a goroutine of
+// its own, at most slots at once: it asks the server only for as many as
+// it has free slots, so a node never holds messages it is not working on.
+// While fn runs, the delivery is kept (a progress note every third of the
+// ack wait), so the messages of a node that dies come back to the others
+// within the ack wait, however long their work takes. fn settles the
+// delivery (Ack or Retry), which ends the keeping; one it leaves unsettled
+// comes back after the ack wait. A failed fetch goes to onErr and is
+// tried again a second later. Serve stops fetching when ctx ends or more
+// (if not nil) says no, and returns once every fn returned.
+func (d *Dispatcher) Serve(ctx context.Context, slots int, more func() bool, fn func(*Delivery), onErr func(error)) {
+	sem := make(chan struct{}, max(slots, 1))
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for ctx.Err() == nil && (more == nil || more()) {
+		sem <- struct{}{}
+		free := 1
+		for free < cap(sem) && len(sem) < cap(sem) {
+			sem <- struct{}{}
+			free++
+		}
+		got, err := d.Fetch(ctx, free, time.Second, func(dl *Delivery) {
+			dl.stopKeeping = d.keep(dl)
+			wg.Go(func() {
+				defer func() { dl.settle(); <-sem }()
+				fn(dl)
+			})
+		})
+		for range free - got {
+			<-sem
+		}
+		if err != nil && ctx.Err() == nil {
+			onErr(err)
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+		}
+	}
+}
+
+// keep notes progress on dl every third of the ack wait until the
+// returned function is called, which waits for the last note.
+func (d *Dispatcher) keep(dl *Delivery) func() {
+	done, kept := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(kept)
+		t := time.NewTicker(d.ackWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				_ = dl.raw.InProgress()
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { close(done); <-kept }) }
 }
 
 // Fetch asks for at most max messages, waiting up to wait, and calls fn

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -422,4 +423,89 @@ func testWaitersApart(t *testing.T, env conformance.Env) {
 		}
 		return nil
 	})
+}
+
+// testWatchRunners: a worker that sweeps once an hour still takes over at
+// once the work of a runner proved dead after it caught up: a runner on
+// this host whose PID is gone (rerunnable work runs again), one whose
+// node's liveness is gone (owner-bound work is abandoned), and the holder
+// of a lease that died before it started anything.
+func testWatchRunners(t *testing.T, env conformance.Env) {
+	ctx := testCtx(t)
+	d := conformance.Open(t, env)
+	r := processes.New(d.Client(), "client")
+	x := &executor{fn: func(ctx context.Context, run *processes.Run) (json.RawMessage, error) {
+		return json.RawMessage(`"ran"`), nil
+	}}
+	c := d.Reopen(t)
+	wctx, cancel := context.WithCancel(context.Background())
+	w := processes.NewWorker(processes.WorkerConfig{Registry: processes.New(c, "watcher"), Leases: holder(t, ctx, c, "watcher"), Store: c, Executor: x,
+		TTL: 5 * time.Second, Sweep: time.Hour, Watch: 100 * time.Millisecond})
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	defer func() { cancel(); <-done }()
+	// Caught up, with its one sweep done: a process registered now runs.
+	register(t, ctx, r, "first", tool(`{"n":0}`))
+	if p := await(t, r, "first"); p.Status() != processes.Completed {
+		t.Fatalf("first: %s", p.Status())
+	}
+
+	local := leases.LocalOwner("gone-pid")
+	if local.Host == "" || local.Boot == "" {
+		t.Skip("no boot id or host name on this system: PIDs cannot be compared")
+	}
+	// A runner on this host: a child process, alive until it is killed.
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Skipf("cannot run a child process: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = child.Wait(); close(exited) }()
+	defer func() { _ = child.Process.Kill(); <-exited }()
+	local.PID = child.Process.Pid
+	gonePID := leases.New(d.Client(), local)
+	if err := gonePID.Beat(ctx, longTTL); err != nil { // only the PID shows death
+		t.Fatal(err)
+	}
+	far := leases.New(d.Client(), leases.Owner{ID: "far-node", Incarnation: "i1", Host: "elsewhere"})
+	if err := far.Beat(ctx, longTTL); err != nil {
+		t.Fatal(err)
+	}
+	// The runners claim and start while alive: the worker finds their
+	// leases busy. Then they die.
+	own := func(m *leases.Manager, id string, reg processes.Registration, start bool) {
+		t.Helper()
+		l := claim(t, ctx, m, id, longTTL)
+		register(t, ctx, r, id, reg)
+		if start {
+			if _, err := r.Start(ctx, id, l); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	bound := tool(`{"n":1}`)
+	bound.Disposition = processes.OwnerBound
+	own(gonePID, "rerun-gone-pid", tool(`{"n":2}`), true)
+	own(far, "bound-far", bound, true)
+	own(gonePID, "claimed-not-started", tool(`{"n":3}`), false)
+	for _, id := range []string{"rerun-gone-pid", "bound-far", "claimed-not-started"} {
+		if p, err := r.Get(ctx, id); err != nil || p.Ended() || x.runs(id) != 0 {
+			t.Fatalf("%s before its runner died: %+v, %v, run %d times", id, p, err, x.runs(id))
+		}
+	}
+	_ = child.Process.Kill()
+	<-exited
+	key, _ := leases.Key("node", "far-node")
+	e, err := d.Client().KVGet(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Client().KVDelete(ctx, key, e.Revision); err != nil {
+		t.Fatal(err)
+	}
+	for id, want := range map[string]processes.Status{"rerun-gone-pid": processes.Completed, "bound-far": processes.Abandoned, "claimed-not-started": processes.Completed} {
+		if p := await(t, r, id); p.Status() != want {
+			t.Fatalf("%s: %s %s; want %s, though no sweep came", id, p.Status(), p.End.Data, want)
+		}
+	}
 }

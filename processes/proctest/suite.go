@@ -52,6 +52,7 @@ var subtests = []struct {
 	{"recovery/gives-up", testGivesUp},
 	{"recovery/owner-bound-lease-lost", testOwnerBoundLeaseLost},
 	{"worker/waiters-apart", testWaitersApart},
+	{"worker/watch-runners", testWatchRunners},
 }
 
 // Run runs the suite against env.
