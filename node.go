@@ -64,6 +64,8 @@ type options struct {
 	router func(*triggers.RouterConfig)
 	// eventSecret signs event keys and tickets (WithEventSecret).
 	eventSecret []byte
+	// agents bounds each tree of sub-agents (WithAgentBudget).
+	agents *processes.Budget
 	// hold, if set, is called as a signal or a fired timer is taken, before
 	// anything is done with it (tests hold work there to kill the node).
 	hold func(kind, subject string)
@@ -91,6 +93,14 @@ func WithMachine(c turn.Config) Option { return func(o *options) { o.machine = c
 
 // WithNodeID names the node; default: a fresh id.
 func WithNodeID(id string) Option { return func(o *options) { o.nodeID = id } }
+
+// WithAgentBudget bounds the sub-agents spawn_agent starts under one turn
+// of a top-level session: perTree in all, at any depth, and perSession by
+// any one session of the tree. A spawn past either is a failed tool call
+// the model reads. Default processes.DefaultBudget (32 and 8).
+func WithAgentBudget(perTree, perSession int) Option {
+	return func(o *options) { o.agents = &processes.Budget{PerTree: perTree, PerSession: perSession} }
+}
 
 // DefaultLeaseTTL is how long a lease lives without renewal unless
 // WithLeaseTTL says otherwise.

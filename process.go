@@ -40,10 +40,14 @@ func (n *Node) ProcessTools() []tools.Tool {
 			return n.procProj.ProcessesOf(session)
 		}
 	}
+	budget := processes.DefaultBudget
+	if n.opts.agents != nil {
+		budget = *n.opts.agents
+	}
 	return builtin.ProcessTools(n.procs, func(name string) bool {
 		_, ok := n.opts.tools.Get(name)
 		return ok
-	}, list)
+	}, list, budget)
 }
 
 // RunProcesses runs the deployment's processes on this node until ctx ends

@@ -144,6 +144,9 @@ type Input struct {
 	Instructions string   `json:"instructions,omitempty"`
 	Tools        []string `json:"tools,omitzero"`
 	Depth        int      `json:"depth,omitempty"`
+	// Tree names the sub-agents started, at any depth, under one turn of
+	// a top-level session, whose budget they share (TreeID, Reserve).
+	Tree string `json:"tree,omitempty"`
 	// External: the owner's reference to the work.
 	ExternalRef string `json:"external_ref,omitempty"`
 }
@@ -235,6 +238,11 @@ func (reg Registration) Validate() error {
 		}
 		if in.Depth < 1 {
 			return bad("a session turn's depth is at least 1, got %d", in.Depth)
+		}
+		if in.Tree != "" {
+			if err := streams.CheckID(in.Tree); err != nil {
+				return bad("tree: %v", err)
+			}
 		}
 		for _, t := range in.Tools {
 			if err := streams.CheckID(t); err != nil {

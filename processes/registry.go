@@ -179,7 +179,8 @@ func (r *Registry) List(ctx context.Context) (ps []*Process, unreadable map[stri
 }
 
 // Prune removes the logs of processes that ended before cutoff, and
-// returns their ids. A process that has not ended is never touched; an
+// returns their ids, then the budget records of trees of sub-agents none
+// of whose processes is left (pruneTrees). A process that has not ended is never touched; an
 // unreadable log is left for an operator. Each log goes in one purge of
 // its subject, so a prune stopped half way leaves whole processes; a mark
 // on <prefix>.proc.<pid>.gone, written before, tells read models to drop
@@ -219,7 +220,14 @@ func (r *Registry) Prune(ctx context.Context, cutoff time.Time) ([]string, error
 		}
 		pruned = append(pruned, p.ID)
 	}
-	return pruned, nil
+	registered := map[string]bool{}
+	for _, p := range ps {
+		registered[p.ID] = true
+	}
+	for _, id := range pruned {
+		delete(registered, id)
+	}
+	return pruned, r.pruneTrees(ctx, registered, cutoff)
 }
 
 // catchUp applies to p the events stored after its head.

@@ -36,6 +36,9 @@ func (f *Processes) Apply(tx *Txn, m *streams.Msg) error {
 		return fmt.Errorf("%w: %v", ErrPoison, err)
 	}
 	tok, _ := streams.Token(pid)
+	if strings.HasSuffix(m.Subject, ".tree") {
+		return nil // a budget of sub-agents (processes.Reserve), not a process
+	}
 	if strings.HasSuffix(m.Subject, ".gone") {
 		// Pruned: the log is gone from the stream, so from the model.
 		tx.SetMemo(tok, (*processes.Process)(nil))

@@ -273,7 +273,20 @@ func (s Subjects) ProcessGone(process string) (string, error) {
 	return s.prefix + ".proc." + t[0] + ".gone", nil
 }
 
-// AllProcesses matches every process subject: logs and prune marks.
+// ProcessTree holds the budget record of a tree of sub-agents.
+func (s Subjects) ProcessTree(tree string) (string, error) {
+	t, err := mustTokens(tree)
+	if err != nil {
+		return "", err
+	}
+	return s.prefix + ".proc." + t[0] + ".tree", nil
+}
+
+// AllProcessTrees matches the budget records of every tree of sub-agents.
+func (s Subjects) AllProcessTrees() string { return s.prefix + ".proc.*.tree" }
+
+// AllProcesses matches every process subject: logs, prune marks and the
+// budgets of trees of sub-agents.
 func (s Subjects) AllProcesses() string { return s.prefix + ".proc.>" }
 
 // AllProcessEvents matches the logs of every process.

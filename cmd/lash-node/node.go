@@ -98,7 +98,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) (err error) {
 	}
 	opts := []lash.Option{lash.WithConn(nc), lash.WithStreams(s.streams()), lash.WithModel(s.model), lash.WithEventSecret(secret), lash.WithStreaming(s.stream),
 		lash.WithTools(ts.reg), lash.WithMachine(s.machine.Config()), lash.WithLeaseTTL(s.leaseTTL),
-		lash.WithToolTimeout(s.toolTimeout), lash.WithConcurrency(s.concurrency), lash.WithLogger(log), lash.WithTurnAttempts(s.turnAttempts),
+		lash.WithToolTimeout(s.toolTimeout), lash.WithConcurrency(s.concurrency), lash.WithLogger(log), lash.WithTurnAttempts(s.turnAttempts), lash.WithAgentBudget(s.maxAgents, s.maxAgentsSession),
 		lash.WithProjection(filepath.Join(s.data, "projection")), lash.WithObserver(m.observe)}
 	if s.nodeID != "" {
 		opts = append(opts, lash.WithNodeID(s.nodeID))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/lash-run/lash"
 	"github.com/lash-run/lash/internal/cli"
+	"github.com/lash-run/lash/processes"
 	"github.com/lash-run/lash/provider/openai"
 	"github.com/lash-run/lash/provider/scripted"
 	"github.com/lash-run/lash/streams"
@@ -55,8 +56,10 @@ type settings struct {
 	inline       cli.Size
 	maxPayload   cli.Size
 	turnAttempts int
-	eventSecret  string
-	embeddedAuth string
+	// agents bounds each tree of sub-agents: in all, and per session.
+	maxAgents, maxAgentsSession int
+	eventSecret                 string
+	embeddedAuth                string
 
 	// Read by check: the provider the settings ask for.
 	model lash.Model
@@ -91,6 +94,8 @@ func newFlagSet(s *settings) *flag.FlagSet {
 	fs.Var(&s.inline, "inline-max", "largest `size` of a payload (model answer, tool result, commit body) kept inside its message; larger ones go to the object store by reference")
 	fs.Var(&s.maxPayload, "max-payload", "largest `size` of a model answer or tool result kept; above it the answer or result is recorded as an error the model sees, never retried; a commit holds at most four")
 	fs.IntVar(&s.turnAttempts, "turn-attempts", lash.DefaultTurnAttempts, "`runs` that may begin one turn (each after a failure, with a backoff up to a minute) before it is committed as failed")
+	fs.IntVar(&s.maxAgents, "max-agents", processes.DefaultBudget.PerTree, "`sub-agents` that one turn of a top-level session may start, with theirs at any depth; spawn_agent past it is a failed call the model reads")
+	fs.IntVar(&s.maxAgentsSession, "max-agents-per-session", processes.DefaultBudget.PerSession, "`sub-agents` that one session of such a tree may start")
 	fs.StringVar(&s.eventSecret, "event-secret-file", "", "`file` holding the deployment's secret (at least 32 bytes) that signs event keys (tools.AwaitEvent); every node of a deployment needs the same (default: <data>/event-secret, made on first start)")
 	s.logging.Register(fs)
 	return fs
@@ -105,7 +110,7 @@ var sections = []cli.Section{
 	{Title: "Local data and the embedded server", Names: []string{"data", "listen", "embedded-auth"}},
 	{Title: "Model provider (give --script, or --model for an OpenAI-compatible API)", Names: []string{"script", "model", "base-url", "model-timeout", "stream"}},
 	{Title: "Turns (every node of a deployment must agree)", Names: []string{"system", "max-iterations", "token-budget", "max-tool-failures", "decision-wait"}},
-	{Title: "Node", Names: []string{"node-id", "concurrency", "lease-ttl", "tool-timeout", "tool-refresh", "drain-timeout", "turn-attempts", "event-secret-file"}},
+	{Title: "Node", Names: []string{"node-id", "concurrency", "lease-ttl", "tool-timeout", "tool-refresh", "drain-timeout", "turn-attempts", "max-agents", "max-agents-per-session", "event-secret-file"}},
 	{Title: "Sizes (the deployment's: every node must agree; set when its streams are created)", Names: []string{"max-input", "inline-max", "max-payload"}},
 	{Title: "Live events (the LIVE stream)", Names: []string{"live-retention", "live-max-bytes", "live-storage"}},
 	{Title: "Operations", Names: []string{"http", "otlp-endpoint", "log-format", "log-level"}},
@@ -188,6 +193,8 @@ func (s *settings) check() error {
 		return usage("--concurrency must be at least 1")
 	case s.turnAttempts < 1:
 		return usage("--turn-attempts must be at least 1")
+	case s.maxAgents < 1 || s.maxAgentsSession < 1:
+		return usage("--max-agents and --max-agents-per-session must be at least 1")
 	case s.leaseTTL < time.Second || s.leaseTTL%time.Second != 0:
 		return usage("--lease-ttl must be whole seconds, at least 1s, not %s", s.leaseTTL)
 	case s.toolTimeout <= 0:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -503,5 +504,79 @@ func testPrune(t *testing.T, env conformance.Env) {
 	}
 	if p, err := r.Get(ctx, "open"); err != nil || p.Ended() || p.Events != 1 {
 		t.Fatalf("the open process after prunes: %+v, %v", p, err)
+	}
+}
+
+// testTreeBudget: places in a tree of sub-agents are taken by a
+// compare-and-set, so racing reservers never take more than the budget,
+// in all or per session; a pid holding a place takes no other; and the
+// budget record goes with the last of its tree's processes.
+func testTreeBudget(t *testing.T, env conformance.Env) {
+	ctx := testCtx(t)
+	d := conformance.Open(t, env)
+	r := processes.New(d.Client(), "node-a")
+	b := processes.Budget{PerTree: 10, PerSession: 4}
+	tree := processes.TreeID("lead", "in-1")
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	took := map[string]int{}
+	for i := range 40 {
+		wg.Go(func() {
+			session := fmt.Sprint("s", i%5)
+			err := r.Reserve(ctx, tree, session, fmt.Sprint("p", i), b)
+			if err != nil && !errors.Is(err, processes.ErrBudget) {
+				t.Errorf("Reserve: %v", err)
+			}
+			if err == nil {
+				mu.Lock()
+				took[session]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	total := 0
+	for s, n := range took {
+		if n > b.PerSession {
+			t.Fatalf("session %s took %d places, at most %d", s, n, b.PerSession)
+		}
+		total += n
+	}
+	if total != b.PerTree {
+		t.Fatalf("%d places taken, want the tree's %d", total, b.PerTree)
+	}
+	// A pid that holds a place takes none again; another finds none.
+	var holder string
+	for i := range 40 {
+		if r.Reserve(ctx, tree, fmt.Sprint("s", i%5), fmt.Sprint("p", i), b) == nil {
+			holder = fmt.Sprint("p", i)
+		}
+	}
+	if holder == "" {
+		t.Fatal("no pid holds a place")
+	}
+	if err := r.Reserve(ctx, tree, "s9", "p-new", b); !errors.Is(err, processes.ErrBudget) {
+		t.Fatalf("a new pid in a full tree: %v", err)
+	}
+	// Another tree has a budget of its own.
+	if err := r.Reserve(ctx, processes.TreeID("lead", "in-2"), "lead", "q1", b); err != nil {
+		t.Fatal(err)
+	}
+	// Prune removes the budget of a tree with no process registered, and
+	// keeps one whose process is still there.
+	register(t, ctx, r, holder, external(holder))
+	if _, err := r.Prune(ctx, time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	subj := d.Client().Subjects()
+	for id, kept := range map[string]bool{tree: true, processes.TreeID("lead", "in-2"): false} {
+		s, err := subj.ProcessTree(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = d.Client().Head(ctx, s)
+		if kept && err != nil || !kept && !errors.Is(err, streams.ErrNotFound) {
+			t.Fatalf("tree %s after a prune: %v; kept %v", id, err, kept)
+		}
 	}
 }

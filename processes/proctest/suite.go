@@ -45,6 +45,7 @@ var subtests = []struct {
 	{"await/racing-terminal", testAwaitRacing},
 	{"grants/transfer-and-revoke", testGrants},
 	{"prune/ended-only", testPrune},
+	{"tree/budget", testTreeBudget},
 	{"worker/runs-once", testWorkersRunOnce},
 	{"worker/cancel", testWorkerCancel},
 	{"worker/drain", testDrain},

@@ -36,6 +36,7 @@ type Processes interface {
 	Register(ctx context.Context, id string, reg processes.Registration) (*processes.Process, bool, error)
 	Get(ctx context.Context, id string) (*processes.Process, error)
 	RequestCancel(ctx context.Context, id, reason string) (*processes.Event, error)
+	Reserve(ctx context.Context, tree, session, pid string, b processes.Budget) error
 }
 
 // ProcessID names the process a call starts: derived from the call's
@@ -90,8 +91,11 @@ type Lister func(ctx context.Context, session string) ([]*processes.Process, err
 
 // ProcessTools returns process_start, process_await, process_cancel,
 // spawn_agent, and process_list when list is not nil. has reports whether
-// a tool may be run in the background (nil: any).
-func ProcessTools(ps Processes, has func(tool string) bool, list Lister) []tools.Tool {
+// a tool may be run in the background (nil: any). budget bounds the
+// sub-agents of each tree (a turn of a top-level session, and every
+// sub-agent under it): a spawn past it is refused, and the model reads
+// why.
+func ProcessTools(ps Processes, has func(tool string) bool, list Lister, budget processes.Budget) []tools.Tool {
 	start, err := tools.Func(ProcessStartTool, "Run a tool in the background. Returns at once with the process id; when the process ends, its outcome comes back as a new message. Use process_await to wait for it instead.",
 		func(ctx context.Context, a struct {
 			Tool  string         `json:"tool" jsonschema:"the tool to run"`
@@ -236,8 +240,27 @@ func ProcessTools(ps Processes, has func(tool string) bool, list Lister) []tools
 				}
 				id = NamedProcessID(k.Session, a.Name)
 			}
+			// The tree is the top-level turn's: a sub-agent's children are
+			// counted in its parent's tree.
+			tree := processes.TreeID(k.Session, k.Turn)
+			if parent != nil && parent.Registration.Input.Tree != "" {
+				tree = parent.Registration.Input.Tree
+			}
+			if existing, err := ps.Get(ctx, id); err == nil {
+				// Started under this name before: the same sub-agent (checked
+				// below), which takes no new place.
+				if in := existing.Registration.Input; in.Instructions != a.Task || !slices.Equal(in.Tools, a.Tools) || (in.Tools == nil) != (a.Tools == nil) {
+					return "", fmt.Errorf("a sub-agent named %q was started on another task or with other tools", a.Name)
+				}
+				return fmt.Sprintf(`{"process":%q,"status":%q}`, id, existing.Status()), nil
+			} else if !errors.Is(err, processes.ErrUnknown) {
+				return "", err
+			}
+			if err := ps.Reserve(ctx, tree, k.Session, id, budget); err != nil {
+				return "", err
+			}
 			reg := processes.Registration{
-				Input:       processes.Input{Kind: processes.SessionTurn, Session: id, Instructions: a.Task, Tools: a.Tools, Depth: depth},
+				Input:       processes.Input{Kind: processes.SessionTurn, Session: id, Instructions: a.Task, Tools: a.Tools, Depth: depth, Tree: tree},
 				Disposition: processes.Rerunnable,
 				Provenance:  processes.Provenance{Session: k.Session, Turn: k.Turn, Effect: uint64(k.Effect), Call: k.Call},
 				WakeTarget:  k.Session,
