@@ -26,8 +26,8 @@ func Subject(prefix, endpoint string) string { return prefix + ".api." + endpoin
 
 // SessionEndpoints are also served per session, on SessionSubject: the
 // session is the subject's, so NATS permissions on it say who may chat
-// with (submit, status) or decide for (decide, cancel) one session.
-var SessionEndpoints = []string{EndpointSubmit, EndpointStatus, EndpointDecide, EndpointCancel}
+// with (submit, status, live) or decide for (decide, cancel) one session.
+var SessionEndpoints = []string{EndpointSubmit, EndpointStatus, EndpointDecide, EndpointCancel, EndpointLive}
 
 // SessionSubject is where endpoint listens for one session:
 // <prefix>.api.sess.<session>.<endpoint>, the session as a subject token.

@@ -9,17 +9,18 @@
 //	status  {"session"}                                   -> the session's head
 //	decide  {"session","key","call_id","action","mode","payload"} -> {"seq","duplicate"}
 //	cancel  {"session","key"}                             -> {"seq","duplicate"}
+//	live    {"session","after","limit"}                   -> {"records":[{"seq","event"}],"more","first","last"}
 //	info    {}                                            -> the node: id, incarnation, host, ...
 //	process_start  {"id","tool","args","external_ref","disposition","wake_session","label"} -> the process
 //	process_status {"id"}                                 -> the process
 //	process_cancel {"id","reason"}                        -> the process, cancel requested
 //	process_await  {"id","timeout_ms"}                    -> the process once it ended, or at the timeout
 //
-// submit, status, decide and cancel are also served per session, on
+// submit, status, decide, cancel and live are also served per session, on
 // <prefix>.api.sess.<session>.<endpoint> (SessionSubject; the session as a
 // subject token). The session comes from the subject: a request may omit
 // it, and one naming another session is refused. There submit takes a
-// message only, so NATS permissions grant chatting (submit, status) and
+// message only, so NATS permissions grant chatting (submit, status, live) and
 // approving (decide, cancel) apart, as they do for the session's input
 // and decision subjects. The endpoints without a session in the subject
 // name any session: they are for trusted programs. The Client's session
@@ -57,6 +58,17 @@
 //	413  oversized: the input is over the deployment's input limit
 //	     (Node.MaxInputBytes, 256 KiB by default)
 //	500  anything else
+//
+// live reads the session's live events after a cursor (0: from the first
+// kept), in stream order, at most limit (DefaultLiveLimit; MaxLiveLimit)
+// and MaxLiveBytes of them; more says others follow. first and last are
+// the sequences the LIVE stream keeps: a cursor below first-1 missed
+// events. It is how a client that follows <prefix>.live.<session> reads
+// what it missed, without the JetStream API.
+//
+// A request whose reply subject is the deployment's (<prefix>.>) or the
+// server's ($...) is refused and answered nowhere, so no answer is
+// captured by a stream; info lists it among the refused.
 //
 // A refused request changes no durable state. The client returns them as
 // *Error, matched with errors.Is against ErrBadRequest, ErrNotFound,

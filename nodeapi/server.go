@@ -107,6 +107,7 @@ func Start(node *lash.Node, cfg Config) (*Server, error) {
 		{EndpointStatus, `{"session"}`, s.status, nil},
 		{EndpointDecide, `{"session","key","call_id","action","mode","payload"}`, s.decide, nil},
 		{EndpointCancel, `{"session","key"}`, s.cancel, nil},
+		{EndpointLive, `{"session","after","limit"}`, s.live, nil},
 		{EndpointProcessStart, `{"id","tool","args","external_ref","disposition","wake_session","label"}`, s.processStart, nil},
 		{EndpointProcessStatus, `{"id"}`, s.processStatus, nil},
 		{EndpointProcessCancel, `{"id","reason"}`, s.processCancel, nil},
@@ -216,6 +217,18 @@ func (s *Server) subjectHandler(endpoint string, handle func(context.Context, st
 		defer s.inflight.Done()
 
 		began := time.Now()
+		if reply := r.Reply(); s.landsInStream(reply) {
+			// The answer would be published where lash's streams capture
+			// it (another session's inputs, a tool's endpoint, the
+			// JetStream API): nothing is done and nothing answered.
+			e := badRequest("reply subject %s is the deployment's or the server's, not an inbox", clipSubject(reply))
+			s.refuse(endpoint, e, r.Data())
+			s.cfg.Logger.Warn("node API request refused", "endpoint", endpoint, "code", e.Code, "reason", e.Description)
+			if s.cfg.OnRequest != nil {
+				s.cfg.OnRequest(endpoint, e.Code, time.Since(began))
+			}
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
 		defer cancel()
 		resp, err := handle(ctx, r.Subject(), r.Data())
@@ -244,6 +257,20 @@ func (s *Server) subjectHandler(endpoint string, handle func(context.Context, st
 			s.cfg.OnRequest(endpoint, code, time.Since(began))
 		}
 	})
+}
+
+// landsInStream reports whether a reply published on subject could be
+// captured by a stream or bucket: the deployment's subjects, and the
+// server's own ($JS, $KV, $O, $SYS ...). Replies go to inboxes.
+func (s *Server) landsInStream(subject string) bool {
+	return strings.HasPrefix(subject, s.prefix+".") || strings.HasPrefix(subject, "$")
+}
+
+func clipSubject(s string) string {
+	if len(s) > 128 {
+		return s[:128] + "..."
+	}
+	return s
 }
 
 // classify maps a handler's error to the code and description answered.

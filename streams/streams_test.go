@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -212,5 +213,32 @@ func TestKVDeleteLeavesNothing(t *testing.T) {
 	// fsync each on a server that fsyncs).
 	if got := st.CachedInfo().State.LastSeq; got != last {
 		t.Fatalf("the bucket's last sequence is %d, the last release marker's %d: the server wrote markers of its own", got, last)
+	}
+}
+
+// The LIVE stream takes at most MaxLiveConsumers consumers: one more is
+// refused by the server, whoever asks.
+func TestLiveConsumersCapped(t *testing.T) {
+	c := open(t, streams.Config{})
+	ctx := context.Background()
+	js, err := jetstream.New(c.Conn())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, c.StreamName(streams.Live))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.CachedInfo().Config.MaxConsumers; got != streams.MaxLiveConsumers {
+		t.Fatalf("the LIVE stream takes %d consumers, want %d", got, streams.MaxLiveConsumers)
+	}
+	for i := range streams.MaxLiveConsumers {
+		if _, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{Name: fmt.Sprint("c", i), InactiveThreshold: time.Minute}); err != nil {
+			t.Fatalf("consumer %d: %v", i, err)
+		}
+	}
+	if _, err := st.CreateConsumer(ctx, jetstream.ConsumerConfig{Name: "one-more", InactiveThreshold: time.Minute}); err == nil ||
+		!strings.Contains(err.Error(), "maximum consumers") {
+		t.Fatalf("consumer %d: %v; want it refused", streams.MaxLiveConsumers+1, err)
 	}
 }

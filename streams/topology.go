@@ -101,6 +101,10 @@ const (
 	// DefaultLiveRetention and DefaultLiveMaxBytes bound the LIVE stream.
 	DefaultLiveRetention = time.Hour
 	DefaultLiveMaxBytes  = 64 << 20
+	// MaxLiveConsumers bounds the consumers on the LIVE stream: the
+	// followers of live events from a cursor (operators, the node API's
+	// reads), each a reader the server serves.
+	MaxLiveConsumers = 4096
 )
 
 var prefixRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
@@ -256,6 +260,7 @@ func (c Config) streamConfig(s Stream) jetstream.StreamConfig {
 		// published without waiting for the stream, and losing them loses
 		// no truth. No dedupe: nothing publishes them twice on purpose.
 		cfg.MaxAge, cfg.MaxBytes, cfg.MaxMsgSize = c.LiveRetention, c.LiveMaxBytes, c.MaxMsgSize
+		cfg.MaxConsumers = MaxLiveConsumers
 		cfg.Duplicates, cfg.AllowAtomicPublish = min(c.DuplicateWindow, c.LiveRetention), false
 		if !c.LiveFile {
 			cfg.Storage = jetstream.MemoryStorage
@@ -353,9 +358,9 @@ func (c *Client) ensureStream(ctx context.Context, want jetstream.StreamConfig) 
 			return err
 		}
 		got := st.CachedInfo().Config
-		if want.Name == c.cfg.streamName(Live) && (got.MaxAge != want.MaxAge || got.MaxBytes != want.MaxBytes) &&
+		if want.Name == c.cfg.streamName(Live) && (got.MaxAge != want.MaxAge || got.MaxBytes != want.MaxBytes || got.MaxConsumers != want.MaxConsumers) &&
 			got.Storage == want.Storage {
-			got.MaxAge, got.MaxBytes = want.MaxAge, want.MaxBytes
+			got.MaxAge, got.MaxBytes, got.MaxConsumers = want.MaxAge, want.MaxBytes, want.MaxConsumers
 			if _, err := c.js.UpdateStream(ctx, got); err != nil {
 				return err
 			}

@@ -12,7 +12,6 @@ import (
 // permFlags are the permissions command's flags.
 type permFlags struct {
 	sessions, signals, tools, nodeInbox string
-	liveResume                          bool
 }
 
 var permissionsCmd = &command{
@@ -29,12 +28,10 @@ read the same; a signal publisher per source type (--signals); a tool server per
 case): set them, or replace them.
 
 Clients and approvers follow live events as they come (a subscription to
-<prefix>.live.<ID>). --live-resume also lets them follow from a cursor, through the
-JetStream API on the LIVE stream: grant it only to users trusted that far. JetStream
-sends a pull's messages to whatever reply subject the puller names, which no
-permission checks, so such a user can have the server publish its session's live
-events on any subject of the account (a tool's endpoint, another session's input
-subject, where they are captured and set aside as malformed).
+<prefix>.live.<ID>), and read what they missed through the node API
+(<prefix>.api.sess.<ID>.live, from a cursor). No client gets the JetStream API:
+a pull's messages go to whatever reply subject the puller names. Nodes refuse
+node API requests whose reply subject is the deployment's or the server's.
 
 Every user has an inbox prefix of its own, _INBOX_<USER>: run each program with it
 (nats.go: nats.CustomInboxPrefix; the nats CLI and lash: --inbox-prefix), so no one
@@ -47,7 +44,6 @@ for trusted programs, so clients get none of them.`,
 		fs.StringVar(&a.perm.signals, "signals", "", "comma-separated signal source `types` to make a publisher user for")
 		fs.StringVar(&a.perm.tools, "tools", "", "comma-separated `names` of tools served over NATS to make a tool-server user for")
 		fs.StringVar(&a.perm.nodeInbox, "node-inbox", "_INBOX_lash", "the inbox `prefix` nodes and lash-admin use (their --inbox-prefix)")
-		fs.BoolVar(&a.perm.liveResume, "live-resume", false, "let clients and approvers follow live events from a cursor (the JetStream API on the LIVE stream; see above)")
 	},
 	check: func(a *app, _ []string) error {
 		for _, list := range []string{a.perm.sessions, a.perm.signals, a.perm.tools} {
@@ -95,20 +91,15 @@ func permissionUsers(prefix string, f permFlags) ([]permUser, error) {
 		}
 		api := prefix + ".api.sess." + tok + "."
 		liveSubj := prefix + ".live." + tok
-		var resume []string
-		events := "live events"
-		if f.liveResume {
-			resume, events = liveReader(prefix, liveSubj), "live events (also from a cursor)"
-		}
 		users = append(users, permUser{
-			comment: fmt.Sprintf("a client of session %s: its messages, its status and %s, its own replies", s, events),
+			comment: fmt.Sprintf("a client of session %s: its messages, its status and live events, its own replies", s),
 			name:    "client-" + tok,
-			pub:     append([]string{prefix + ".sess." + tok + ".in", api + "submit", api + "status"}, resume...),
+			pub:     []string{prefix + ".sess." + tok + ".in", api + "submit", api + "status", api + "live"},
 			sub:     []string{liveSubj, userInbox("client-"+tok) + ".>"},
 		}, permUser{
-			comment: fmt.Sprintf("an approver of session %s: decisions on its suspended calls and cancels, its status and %s, its own replies", s, events),
+			comment: fmt.Sprintf("an approver of session %s: decisions on its suspended calls and cancels, its status and live events, its own replies", s),
 			name:    "approver-" + tok,
-			pub:     append([]string{prefix + ".sess." + tok + ".decide", api + "decide", api + "cancel", api + "status"}, resume...),
+			pub:     []string{prefix + ".sess." + tok + ".decide", api + "decide", api + "cancel", api + "status", api + "live"},
 			sub:     []string{liveSubj, userInbox("approver-"+tok) + ".>"},
 		})
 	}
@@ -138,17 +129,6 @@ func permissionUsers(prefix string, f permFlags) ([]permUser, error) {
 		})
 	}
 	return users, nil
-}
-
-// liveReader is the JetStream API a session's user needs to follow its live
-// events from a cursor: an ordered consumer on the LIVE stream whose filter
-// is its own subject (the server checks the filter the create subject
-// names against the consumer's), pulled, looked up and deleted. Consumer
-// names are random, and listing them is not granted.
-func liveReader(prefix, subject string) []string {
-	live := streams.Config{Prefix: prefix}.StreamName(streams.Live)
-	return []string{"$JS.API.STREAM.INFO." + live, "$JS.API.CONSUMER.CREATE." + live + ".*." + subject,
-		"$JS.API.CONSUMER.MSG.NEXT." + live + ".*", "$JS.API.CONSUMER.INFO." + live + ".*", "$JS.API.CONSUMER.DELETE." + live + ".*"}
 }
 
 // userInbox is the inbox prefix the template lets user subscribe under.

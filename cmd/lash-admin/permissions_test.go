@@ -23,7 +23,6 @@ import (
 	"github.com/lash-run/lash/turn"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 )
 
@@ -38,7 +37,7 @@ import (
 func TestPermissionsTemplate(t *testing.T) {
 	bin := buildAdmin(t, t.TempDir())
 	a := &admin{t: t, bin: bin, url: "nats://127.0.0.1:1", cache: t.TempDir()}
-	conf := a.ok("permissions", "--sessions", "s1,s2", "--tools", "ledger_append", "--live-resume")
+	conf := a.ok("permissions", "--sessions", "s1,s2", "--tools", "ledger_append")
 	path := filepath.Join(t.TempDir(), "auth.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
@@ -122,47 +121,56 @@ func TestPermissionsTemplate(t *testing.T) {
 	if m, err := live.NextMsg(5 * time.Second); err != nil || !strings.Contains(string(m.Data), "turn") {
 		t.Fatalf("s1's client reading its live events: %v", err)
 	}
-	// It follows them from a cursor too, through an ordered consumer of
-	// its own subject; another session's filter is refused.
-	follow := func(nc *nats.Conn, subject string, from uint64) (*jetstream.Msg, error) {
-		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		js, err := jetstream.New(nc)
-		if err != nil {
-			return nil, err
-		}
-		st, err := js.Stream(fctx, "LASH_LIVE")
-		if err != nil {
-			return nil, err
-		}
-		cons, err := st.OrderedConsumer(fctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject},
-			DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from})
-		if err != nil {
-			return nil, err
-		}
-		m, err := cons.Next(jetstream.FetchMaxWait(3 * time.Second))
-		if err != nil {
-			return nil, err
-		}
-		return &m, nil
+	// It reads them from a cursor through the node API, and so does its
+	// approver; another session's are refused.
+	page, err := nodeapi.NewClient(s1, "lash").Live(ctx, "s1", 0, 0)
+	if err != nil || len(page.Records) == 0 {
+		t.Fatalf("s1's client reading its live events from a cursor: %+v, %v", page, err)
 	}
-	first, err := follow(s1, "lash.live.s1", 1)
+	after := page.Records[0].Seq
+	if next, err := nodeapi.NewClient(s1, "lash").Live(ctx, "s1", after, 1); err != nil || len(next.Records) != 1 || next.Records[0].Seq <= after {
+		t.Fatalf("s1's client reading after %d: %+v, %v", after, next, err)
+	}
+	if _, err := nodeapi.NewClient(a1, "lash").Live(ctx, "s1", 0, 0); err != nil {
+		t.Fatalf("s1's approver reading s1's live events: %v", err)
+	}
+	denied, cancelDenied := context.WithTimeout(ctx, time.Second)
+	defer cancelDenied()
+	if _, err := nodeapi.NewClient(s1, "lash").Live(denied, "s2", 0, 0); err == nil {
+		t.Fatal("s1's client read s2's live events")
+	}
+	// No client gets the JetStream API: not one consumer on LIVE.
+	if _, err := s1.Request("$JS.API.CONSUMER.CREATE.LASH_LIVE.mine.lash.live.s1", []byte(`{"stream_name":"LASH_LIVE","config":{"name":"mine","filter_subject":"lash.live.s1"}}`), time.Second); err == nil {
+		t.Fatal("s1's client created a consumer on the LIVE stream")
+	}
+	// A node API request whose answer would land in another session's
+	// inputs is refused, and nothing lands there.
+	ins, err := ops.Conn().SubscribeSync("lash.sess.s2.in")
 	if err != nil {
-		t.Fatalf("s1's client following its live events from a cursor: %v", err)
+		t.Fatal(err)
 	}
-	md, _ := (*first).Metadata()
-	if next, err := follow(s1, "lash.live.s1", md.Sequence.Stream+1); err != nil || (*next).Subject() != "lash.live.s1" {
-		t.Fatalf("s1's client following after %d: %v", md.Sequence.Stream, err)
+	if err := s1.PublishRequest("lash.api.sess.s1.status", "lash.sess.s2.in", []byte(`{}`)); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := follow(a1, "lash.live.s1", 1); err != nil {
-		t.Fatalf("s1's approver following s1's live events: %v", err)
+	if err := s1.Flush(); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := follow(s1, "lash.live.s2", 1); err == nil {
-		t.Fatal("s1's client followed s2's live events")
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		info, err := nodeapi.NewClient(ops.Conn(), "lash").Info(ctx)
+		if err != nil {
+			return err
+		}
+		for _, r := range info.Refused {
+			if strings.Contains(r.Reason, "reply subject lash.sess.s2.in") {
+				return nil
+			}
+		}
+		return errors.New("the request answered into s2's inputs is not refused yet")
+	})
+	if m, err := ins.NextMsg(500 * time.Millisecond); err == nil {
+		t.Fatalf("an answer landed in s2's inputs: %s", m.Data)
 	}
-	if _, err := follow(s1, "lash.live.>", 1); err == nil {
-		t.Fatal("s1's client followed every session's live events")
-	}
+	_ = ins.Unsubscribe()
 
 	// The client of s1 through the node API on its session's subjects.
 	if acc, err := nodeapi.NewClient(s1, "lash").Submit(ctx, nodeapi.SubmitRequest{Session: "s1", Key: "k2", Text: "weather again?"}); err != nil || acc.Seq == 0 {
@@ -320,24 +328,21 @@ func mapsEqual(a, b map[string]uint64) bool {
 
 func jetstreamOf(nc *nats.Conn) (nats.JetStreamContext, error) { return nc.JetStream() }
 
-// Without --live-resume, clients and approvers get no JetStream API: a
-// pull's deliveries go to whatever reply subject the puller names, so the
-// grant that follows live events from a cursor lets its user have the
-// server publish on any subject.
-func TestPermissionsLiveResumeOptIn(t *testing.T) {
-	for _, resume := range []bool{false, true} {
-		users, err := permissionUsers("lash", permFlags{sessions: "s1", nodeInbox: "_INBOX_lash", liveResume: resume})
-		if err != nil {
-			t.Fatal(err)
+// Clients and approvers get no JetStream API (a pull's deliveries go to
+// whatever reply subject the puller names): they read missed live events
+// through the node API.
+func TestPermissionsNoJetStreamForClients(t *testing.T) {
+	users, err := permissionUsers("lash", permFlags{sessions: "s1", nodeInbox: "_INBOX_lash"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range users {
+		if u.name != "client-s1" && u.name != "approver-s1" {
+			continue
 		}
-		for _, u := range users {
-			if u.name != "client-s1" && u.name != "approver-s1" {
-				continue
-			}
-			js := slices.ContainsFunc(u.pub, func(s string) bool { return strings.HasPrefix(s, "$JS.") })
-			if js != resume || !slices.Contains(u.sub, "lash.live.s1") {
-				t.Fatalf("--live-resume=%v: %s publishes %v, subscribes %v", resume, u.name, u.pub, u.sub)
-			}
+		js := slices.ContainsFunc(u.pub, func(s string) bool { return strings.HasPrefix(s, "$JS.") })
+		if js || !slices.Contains(u.pub, "lash.api.sess.s1.live") || !slices.Contains(u.sub, "lash.live.s1") {
+			t.Fatalf("%s publishes %v, subscribes %v", u.name, u.pub, u.sub)
 		}
 	}
 }
