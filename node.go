@@ -321,6 +321,12 @@ func (n *Node) beat(ctx context.Context) {
 			if err := n.leases.Beat(ctx, n.opts.leaseTTL); err != nil && ctx.Err() == nil {
 				n.opts.logger.Warn("node liveness beat failed", "node", n.opts.nodeID, "err", err)
 			}
+			// The LIVE stream is in memory: a server's restart loses it.
+			if made, err := n.client.EnsureLive(ctx); err != nil && ctx.Err() == nil {
+				n.opts.logger.Warn("checking the LIVE stream", "err", err)
+			} else if made {
+				n.opts.logger.Info("the LIVE stream was missing (its server restarted); made it again")
+			}
 		}
 	}
 }

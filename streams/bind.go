@@ -42,6 +42,9 @@ func Bind(ctx context.Context, nc *nats.Conn, cfg Config) (*Client, error) {
 	}
 	for s := Stream(0); s < numStreams; s++ {
 		st, err := bind(cfg.streamConfig(s))
+		if s == Live && errors.Is(err, jetstream.ErrStreamNotFound) {
+			continue // in memory, lost with a server's restart: bound when a node makes it again
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -93,11 +96,14 @@ func adopt(ctx context.Context, js jetstream.JetStream, cfg Config) (Config, err
 	if fx.MaxAge == 0 {
 		cfg.JournalRetention = -1
 	}
-	live, err := info(Live)
-	if err != nil {
+	// LIVE may be missing (a memory stream after a server's restart): the
+	// deployment's other streams say the rest, and it is bound when a
+	// node makes it again.
+	if live, err := info(Live); err == nil {
+		cfg.LiveRetention, cfg.LiveMaxBytes, cfg.LiveFile = live.MaxAge, live.MaxBytes, live.Storage == jetstream.FileStorage
+	} else if !errors.Is(err, ErrNoDeployment) {
 		return cfg, err
 	}
-	cfg.LiveRetention, cfg.LiveMaxBytes, cfg.LiveFile = live.MaxAge, live.MaxBytes, live.Storage == jetstream.FileStorage
 	if n, err := strconv.Atoi(sess.Metadata[metaInline]); err == nil {
 		cfg.InlineBytes = n
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -17,9 +18,12 @@ const DefaultTimeout = 10 * time.Second
 // Client is the one handle lash has on JetStream: the deployment's streams
 // and buckets, its subject names, and the write primitives built on them.
 type Client struct {
-	cfg     Config
-	nc      *nats.Conn
-	js      jetstream.JetStream
+	cfg Config
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	// mu guards streams: a missing LIVE stream (Bind) is bound when it
+	// comes back.
+	mu      sync.Mutex
 	streams [numStreams]jetstream.Stream
 	leases  jetstream.KeyValue
 	// leaseStream is the bucket's stream, for reads the KV API lacks.
@@ -62,24 +66,60 @@ func (c *Client) StreamName(s Stream) string { return c.cfg.streamName(s) }
 // LeaseBucket is the name of the lease bucket.
 func (c *Client) LeaseBucket() string { return c.cfg.leaseBucket() }
 
+// ErrStreamMissing: a stream of the deployment is not on the server. Only
+// LIVE is expected to go missing: it is kept in memory, so a server that
+// restarts loses it until a node makes it again (EnsureLive).
+var ErrStreamMissing = errors.New("streams: stream missing")
+
+// stream is the handle of stream s, bound now if it was missing when the
+// client was made.
+func (c *Client) stream(ctx context.Context, s Stream) (jetstream.Stream, error) {
+	c.mu.Lock()
+	st := c.streams[s]
+	c.mu.Unlock()
+	if st != nil {
+		return st, nil
+	}
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	name := c.cfg.streamName(s)
+	st, err := c.js.Stream(ctx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("%w: %s is not on the server (the LIVE stream is kept in memory: a node makes it again within seconds of a server's restart)", ErrStreamMissing, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("streams: bind %s: %w", name, err)
+	}
+	c.mu.Lock()
+	c.streams[s] = st
+	c.mu.Unlock()
+	return st, nil
+}
+
 // streamOf maps a subject to the stream that captures it.
 func (c *Client) streamOf(subject string) (jetstream.Stream, error) {
 	rest, ok := strings.CutPrefix(subject, c.cfg.Prefix+".")
 	if ok {
 		kind, _, _ := strings.Cut(rest, ".")
+		s, found := Sessions, true
 		switch kind {
 		case "sess":
-			return c.streams[Sessions], nil
+			s = Sessions
 		case "fx":
-			return c.streams[Effects], nil
+			s = Effects
 		case "proc":
-			return c.streams[Processes], nil
+			s = Processes
 		case "signal", "trig":
-			return c.streams[Triggers], nil
+			s = Triggers
 		case "timer":
-			return c.streams[Timers], nil
+			s = Timers
 		case "live":
-			return c.streams[Live], nil
+			s = Live
+		default:
+			found = false
+		}
+		if found {
+			return c.stream(context.Background(), s)
 		}
 	}
 	if strings.HasPrefix(subject, "$O."+c.cfg.blobBucket()+".") {

@@ -60,9 +60,13 @@ func (c *Client) Dispatcher(ctx context.Context, s Stream, name string, filters 
 		MaxAckPending:  -1,
 		Replicas:       c.cfg.Replicas,
 	}
+	st, err := c.stream(ctx, s)
+	if err != nil {
+		return nil, err
+	}
 	var cons jetstream.Consumer
-	err := retryRead(ctx, func() (err error) {
-		cons, err = c.streams[s].CreateOrUpdateConsumer(ctx, cfg)
+	err = retryRead(ctx, func() (err error) {
+		cons, err = st.CreateOrUpdateConsumer(ctx, cfg)
 		return err
 	})
 	if err != nil {

@@ -2,6 +2,7 @@ package streams
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -28,6 +29,9 @@ type StreamInfo struct {
 	Created time.Time
 	// Schema is the schema version in the stream's metadata.
 	Schema string
+	// Missing: the stream is not on the server (LIVE after a server's
+	// restart, until a node makes it again); nothing else is known.
+	Missing bool
 }
 
 // Info reads the state of the deployment's streams, in the order Sessions,
@@ -36,14 +40,34 @@ type StreamInfo struct {
 func (c *Client) Info(ctx context.Context) ([]StreamInfo, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	all := append(append([]jetstream.Stream(nil), c.streams[:]...), c.leaseStream)
+	var all []jetstream.Stream
+	for s := Stream(0); s < numStreams; s++ {
+		st, err := c.stream(ctx, s)
+		if errors.Is(err, ErrStreamMissing) {
+			all = append(all, nil)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, st)
+	}
+	all = append(all, c.leaseStream)
 	out := make([]StreamInfo, 0, len(all))
 	for i, st := range all {
+		if st == nil {
+			out = append(out, StreamInfo{Name: c.cfg.streamName(Stream(i)), Missing: true})
+			continue
+		}
 		var info *jetstream.StreamInfo
 		err := retryRead(ctx, func() (err error) {
 			info, err = st.Info(ctx)
 			return err
 		})
+		if errors.Is(err, jetstream.ErrStreamNotFound) && i < int(numStreams) {
+			out = append(out, StreamInfo{Name: c.cfg.streamName(Stream(i)), Missing: true})
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("streams: info %s: %w", st.CachedInfo().Config.Name, err)
 		}

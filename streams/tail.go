@@ -16,7 +16,11 @@ import (
 // means the reader has caught up. Tail keeps no state on the server; a
 // restarted reader resumes from its own cursor.
 func (c *Client) Tail(ctx context.Context, s Stream, filters []string, from uint64, fn func(m *Msg, pending uint64) error) error {
-	return c.tail(ctx, c.streams[s], filters, from, fn)
+	st, err := c.stream(ctx, s)
+	if err != nil {
+		return err
+	}
+	return c.tail(ctx, st, filters, from, fn)
 }
 
 func (c *Client) tail(ctx context.Context, st jetstream.Stream, filters []string, from uint64, fn func(m *Msg, pending uint64) error) error {
@@ -83,13 +87,9 @@ func (c *Client) tail(ctx context.Context, st jetstream.Stream, filters []string
 func (c *Client) LastSeq(ctx context.Context, s Stream) (uint64, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	var info *jetstream.StreamInfo
-	err := retryRead(ctx, func() (err error) {
-		info, err = c.streams[s].Info(ctx)
-		return err
-	})
+	info, err := c.info(ctx, s)
 	if err != nil {
-		return 0, fmt.Errorf("streams: info %s: %w", c.cfg.streamName(s), err)
+		return 0, err
 	}
 	return info.State.LastSeq, nil
 }
@@ -116,9 +116,16 @@ func (c *Client) Consumers(ctx context.Context, s Stream) (int, error) {
 func (c *Client) info(ctx context.Context, s Stream) (*jetstream.StreamInfo, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
+	st, err := c.stream(ctx, s)
+	if err != nil {
+		return nil, err
+	}
 	var info *jetstream.StreamInfo
-	err := retryRead(ctx, func() (err error) {
-		info, err = c.streams[s].Info(ctx)
+	err = retryRead(ctx, func() (err error) {
+		info, err = st.Info(ctx)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("%w: %s is not on the server", ErrStreamMissing, c.cfg.streamName(s))
+		}
 		return err
 	})
 	if err != nil {

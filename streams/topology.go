@@ -310,7 +310,9 @@ func (c *Client) Ensure(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("streams: ensure %s: %w", want.Name, err)
 		}
+		c.mu.Lock()
 		c.streams[s] = st
+		c.mu.Unlock()
 	}
 	want := c.cfg.leaseStreamConfig()
 	if err := c.ensureStream(ctx, want); err != nil {
@@ -330,6 +332,30 @@ func (c *Client) Ensure(ctx context.Context) error {
 		return fmt.Errorf("streams: ensure object store %s: %w", c.cfg.blobBucket(), err)
 	}
 	return c.bindBlobs(ctx)
+}
+
+// EnsureLive makes the LIVE stream again if it is missing (kept in memory,
+// it is lost when its server restarts) and reports whether it did. A node
+// calls it now and then: watchers and lash-admin find it back within
+// seconds, and no node has to restart.
+func (c *Client) EnsureLive(ctx context.Context) (bool, error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	want := c.cfg.streamConfig(Live)
+	if _, err := c.js.Stream(ctx, want.Name); err == nil || !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return false, err
+	}
+	if err := c.ensureStream(ctx, want); err != nil {
+		return false, fmt.Errorf("streams: ensure %s: %w", want.Name, err)
+	}
+	st, err := c.js.Stream(ctx, want.Name)
+	if err != nil {
+		return false, fmt.Errorf("streams: ensure %s: %w", want.Name, err)
+	}
+	c.mu.Lock()
+	c.streams[Live] = st
+	c.mu.Unlock()
+	return true, nil
 }
 
 // bindBlobs binds the object store whose stream exists.

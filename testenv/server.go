@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -147,6 +148,33 @@ func (s *Server) Reload(change func(*server.Options)) {
 	s.mu.Lock()
 	s.options = next
 	s.mu.Unlock()
+}
+
+// Restart stops the server, as a killed one stops (clients lose their
+// connections; what it kept only in memory, such as a memory stream, is
+// gone), and starts it again on the same address and store directory,
+// where clients reconnect. It fails the test if the server does not come
+// back. Call it from the test's goroutine.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.mu.Lock()
+	ns, prev := s.ns, s.options
+	s.mu.Unlock()
+	if ns == nil {
+		s.t.Fatalf("testenv: Restart: server %s is stopped", s.name)
+	}
+	port := ns.Addr().(*net.TCPAddr).Port
+	s.stop()
+	s.mu.Lock()
+	s.options = func() *server.Options {
+		o := prev()
+		o.Port = port
+		return o
+	}
+	s.mu.Unlock()
+	if err := s.start(); err != nil {
+		s.t.Fatalf("testenv: restarting server %s: %v", s.name, err)
+	}
 }
 
 // start creates and starts the server and waits until its listeners are

@@ -35,7 +35,7 @@ a page is read afresh each time: sessions active since move to the front.`,
 	check: func(a *app, _ []string) error {
 		switch {
 		case a.limit < 1:
-			return fmt.Errorf("--limit %d: must be at least 1", a.limit)
+			return a.usagef("--limit %d: must be at least 1", a.limit)
 		case a.sortBy != "activity" && a.sortBy != "id":
 			return a.usagef("--sort %q: give activity or id", a.sortBy)
 		case a.stateFilter != "" && !slices.Contains([]string{"idle", "running", "waiting", "failed"}, a.stateFilter):

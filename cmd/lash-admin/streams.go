@@ -32,6 +32,9 @@ type streamJSON struct {
 	Leader        string    `json:"leader"`
 	Created       time.Time `json:"created"`
 	SchemaVersion string    `json:"schema_version"`
+	// Missing: not on the server (LIVE, in memory, after its server
+	// restarted, until a node makes it again).
+	Missing bool `json:"missing,omitempty"`
 }
 
 type streamsJSON struct {
@@ -53,6 +56,10 @@ func runStreams(a *app, _ []string) error {
 		LeaseBucket: a.client.LeaseBucket(), Streams: []streamJSON{}}
 	cluster := false
 	for _, si := range infos {
+		if si.Missing {
+			out.Streams = append(out.Streams, streamJSON{Name: si.Name, Subjects: []string{}, Missing: true})
+			continue
+		}
 		if out.SchemaVersion == "" {
 			out.SchemaVersion = si.Schema
 		} else if si.Schema != out.SchemaVersion {
@@ -75,6 +82,9 @@ func runStreams(a *app, _ []string) error {
 				name += " (bucket " + s.Bucket + ")"
 			}
 			cells := []any{name, strings.Join(s.Subjects, " "), s.Messages, bytesOf(s.Bytes), s.Replicas, s.SchemaVersion}
+			if s.Missing {
+				cells = []any{name, "(missing: a node makes it again)", "-", "-", "-", "-"}
+			}
 			if cluster {
 				cells = append(cells, s.Leader)
 			}

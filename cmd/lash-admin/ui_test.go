@@ -303,6 +303,17 @@ func TestConsole(t *testing.T) {
 	if after := lastSeq(t, n.Streams(), streams.Sessions); after != before {
 		t.Fatalf("refused decisions appended %d messages", after-before)
 	}
+	// Bad query values are the caller's mistake, answered 400.
+	for _, q := range []string{"limit=-1", "limit=0", "limit=lots", "sort=size", "state=asleep"} {
+		res, err := http.Get(url + "/api/sessions?" + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusBadRequest {
+			t.Errorf("GET /api/sessions?%s: %d, want 400", q, res.StatusCode)
+		}
+	}
 	a.fails(2, "serve it beyond this machine only with --read-only", "ui", "--http", "0.0.0.0:0")
 }
 
