@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/lash-run/lash/blobs"
@@ -98,60 +97,23 @@ func (s *Session) run(ctx context.Context) (_ []TurnResult, _ uint64, err error)
 	if err := s.boundary("lease"); err != nil {
 		return nil, 0, err
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	stop, renewed := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(renewed)
-		t := time.NewTicker(lease.TTL / 3)
-		defer t.Stop()
-		// The run stops trusting the lease at its expiry (leases.Lease):
-		// a renewal that gets no answer by then stops it, before another
-		// node may take the session.
-		expiry := time.NewTimer(time.Until(lease.ExpiresAt))
-		defer expiry.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-ctx.Done():
-				return
-			case <-expiry.C:
-				cancel(fmt.Errorf("%w: %s not renewed before it expired", ErrLeaseLost, lease.Key))
-				return
-			case <-t.C:
-				// Not cut short when the run ends: a renewal that landed
-				// must move the lease's revision, or the release misses
-				// and the session stays held for a TTL.
-				rctx, rcancel := context.WithDeadline(context.WithoutCancel(ctx), lease.ExpiresAt)
-				err := n.leases.Renew(rctx, lease)
-				rcancel()
-				if err != nil {
-					cancel(fmt.Errorf("%w: %v", ErrLeaseLost, err))
-					return
-				}
-				expiry.Reset(time.Until(lease.ExpiresAt))
-			}
-		}
-	}()
-	stopRenewing := sync.OnceFunc(func() {
-		close(stop)
-		<-renewed
+	// The run stops trusting the lease at its expiry (leases.Keep): a
+	// renewal that gets no answer by then stops it, before another node
+	// may take the session.
+	ctx, stopRenewing := n.leases.Keep(ctx, lease, func(err error) {
+		n.opts.logger.Warn("renewing a session lease; trying again", "session", s.id, "err", err)
 	})
-	defer func() {
-		stopRenewing()
-		cancel(nil)
-	}()
+	defer stopRenewing()
 	results, cursor, err := s.runTurns(ctx, lease)
 	stopRenewing()
-	cancel(nil)
 	if rerr := n.leases.Release(context.WithoutCancel(ctx), lease); rerr != nil && !errors.Is(rerr, leases.ErrLost) {
 		n.opts.logger.Warn("releasing a session lease", "session", s.id, "err", rerr)
 	}
 	if err == nil {
 		err = s.boundary("after-release")
 	}
-	if cause := context.Cause(ctx); err != nil && cause != nil && errors.Is(cause, ErrLeaseLost) {
-		err = cause
+	if cause := context.Cause(ctx); err != nil && cause != nil && errors.Is(cause, leases.ErrLost) {
+		err = fmt.Errorf("%w: %w", ErrLeaseLost, cause)
 		n.opts.logger.Warn("session lease lost mid-run; another node finishes the turn", "session", s.id, "err", err)
 		n.observe(Event{Kind: EventLeaseLost, Session: s.id, Err: err})
 	}

@@ -253,7 +253,7 @@ func testLeaseStale(t *testing.T, env Env) {
 	b := node(t, ctx, d.client, "b")
 
 	la := claim(t, ctx, a, key, longTTL)
-	stale := *la
+	stale := la.Copy()
 	if err := a.Release(ctx, la); err != nil {
 		t.Fatal(err)
 	}
@@ -261,14 +261,14 @@ func testLeaseStale(t *testing.T, env Env) {
 	if lb.Token <= stale.Token {
 		t.Fatalf("successor token %d is not above %d", lb.Token, stale.Token)
 	}
-	succ := *lb
+	succ := lb.Copy()
 
-	wantLost(t, a.Renew(ctx, &stale), "renew of a released lease")
-	wantLost(t, a.Release(ctx, &stale), "release of a released lease")
+	wantLost(t, a.Renew(ctx, stale), "renew of a released lease")
+	wantLost(t, a.Release(ctx, stale), "release of a released lease")
 	if stale.Revision != la.Revision {
 		t.Fatalf("a failed renew moved the stale lease's revision to %d", stale.Revision)
 	}
-	wantHolder(t, ctx, a, &succ)
+	wantHolder(t, ctx, a, succ)
 
 	if err := b.Renew(ctx, lb); err != nil {
 		t.Fatalf("successor renews after the stale attempts: %v", err)
@@ -280,7 +280,7 @@ func testLeaseStale(t *testing.T, env Env) {
 	wantHolder(t, ctx, a, lb)
 	// The successor's old revision is now stale too: its own lease object
 	// copy from before the renewal cannot release the key.
-	wantLost(t, b.Release(ctx, &succ), "release at a revision the holder itself renewed past")
+	wantLost(t, b.Release(ctx, succ), "release at a revision the holder itself renewed past")
 	wantHolder(t, ctx, a, lb)
 	if err := b.Release(ctx, lb); err != nil {
 		t.Fatalf("successor releases: %v", err)

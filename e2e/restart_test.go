@@ -37,6 +37,12 @@ type call struct {
 // serveCount serves the tool name on url from n instances; each call
 // takes delay.
 func serveCount(t testing.TB, url, name string, n int, delay time.Duration) *countTool {
+	return serveGated(t, url, name, n, delay, nil)
+}
+
+// serveGated is serveCount whose calls, when gate is not nil, also wait
+// for gate to close.
+func serveGated(t testing.TB, url, name string, n int, delay time.Duration, gate <-chan struct{}) *countTool {
 	t.Helper()
 	c := &countTool{}
 	for i := range n {
@@ -53,6 +59,9 @@ func serveCount(t testing.TB, url, name string, n int, delay time.Duration) *cou
 				case <-time.After(delay): // the work
 				case <-ctx.Done():
 					return "", ctx.Err()
+				}
+				if gate != nil {
+					<-gate
 				}
 				c.note(&c.ends, req)
 				return "ok", nil

@@ -20,6 +20,10 @@
 //   - A holder measures its lease on its own monotonic clock from before the
 //     claim or renewal was sent, minus a margin (Lease.ExpiresAt), and stops
 //     trusting it then, whatever the server says.
+//   - Keep is the one keeper every plane uses (a session's run, a process's
+//     attempt): it renews every third of the TTL, tries a failed renewal
+//     again at the next tick, and ends its context as lost when a renewal is
+//     refused or the expiry passes with none answered.
 //
 // The lease cuts contention; the data is protected by the fence: writes
 // carry the token and the session log refuses older ones.

@@ -51,6 +51,9 @@ type Store interface {
 // the lease is held and a later holder always gets a larger one. Revision
 // moves with every renewal. ExpiresAt is measured on this process's
 // monotonic clock, ahead of the server's TTL by a safety margin.
+//
+// Renew moves Revision and ExpiresAt under the lease's lock: while a
+// Keeper renews it, read them with Valid and Current, not the fields.
 type Lease struct {
 	Key       string
 	Token     uint64
@@ -58,10 +61,30 @@ type Lease struct {
 	Owner     Owner
 	TTL       time.Duration
 	ExpiresAt time.Time
+
+	mu sync.Mutex
 }
 
 // Valid reports whether the holder may still trust the lease at now.
-func (l *Lease) Valid(now time.Time) bool { return now.Before(l.ExpiresAt) }
+func (l *Lease) Valid(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return now.Before(l.ExpiresAt)
+}
+
+// Copy is a copy of the lease as it stands, for a holder that keeps an old
+// version (a stale copy's renewal is refused).
+func (l *Lease) Copy() *Lease {
+	rev, exp := l.Current()
+	return &Lease{Key: l.Key, Token: l.Token, Revision: rev, Owner: l.Owner, TTL: l.TTL, ExpiresAt: exp}
+}
+
+// Current is the lease's revision and expiry as of its last renewal.
+func (l *Lease) Current() (revision uint64, expires time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.Revision, l.ExpiresAt
+}
 
 // value is what a lease key holds. Token is 0 in the message written by a
 // claim, whose own revision is the token; renewals carry it forward.
@@ -219,22 +242,26 @@ func (m *Manager) Renew(ctx context.Context, l *Lease) error {
 		return err
 	}
 	start := m.now()
-	rev, err := m.s.KVSwap(ctx, l.Key, data, l.Revision, l.TTL)
+	held, _ := l.Current()
+	rev, err := m.s.KVSwap(ctx, l.Key, data, held, l.TTL)
 	if errors.Is(err, streams.ErrConflict) {
 		return fmt.Errorf("%w: %s (token %d) was replaced or expired", ErrLost, l.Key, l.Token)
 	}
 	if err != nil {
 		return err
 	}
+	l.mu.Lock()
 	l.Revision = rev
 	l.ExpiresAt = start.Add(l.TTL - m.margin(l.TTL))
+	l.mu.Unlock()
 	return nil
 }
 
 // Release gives l up. It removes the key only if l is still its standing
 // value, so a successor's lease is never cleared; otherwise ErrLost.
 func (m *Manager) Release(ctx context.Context, l *Lease) error {
-	marker, err := m.s.KVDelete(ctx, l.Key, l.Revision)
+	held, _ := l.Current()
+	marker, err := m.s.KVDelete(ctx, l.Key, held)
 	if errors.Is(err, streams.ErrConflict) {
 		return fmt.Errorf("%w: %s (token %d) was replaced or expired", ErrLost, l.Key, l.Token)
 	}

@@ -466,13 +466,17 @@ func (w *Worker) attempt(ctx context.Context, p *Process, f Facts) error {
 		// have passed it before this attempt was registered as running.
 		w.cancel(pid, errCancelRequested)
 	}
-	// The lease is renewed until the outcome is written, past the end of
-	// the attempt's context: a drain or a long run must not let it lapse
-	// while the outcome goes out.
-	renewed := make(chan struct{})
-	rctx, stopRenew := context.WithCancel(context.WithoutCancel(ctx))
-	go w.renew(rctx, l, renewed)
-	defer func() { stopRenew(); <-renewed }()
+	// The lease is kept until the outcome is written, past the end of the
+	// attempt's context: a drain or a long run must not let it lapse while
+	// the outcome goes out. Its loss stops the attempt.
+	kctx, stopKeeping := w.cfg.Leases.Keep(context.WithoutCancel(ctx), l, func(err error) {
+		w.cfg.Logger.Warn("renewing a process lease; trying again", "lease", l.Key, "err", err)
+	})
+	defer stopKeeping()
+	defer context.AfterFunc(kctx, func() {
+		w.cfg.Logger.Warn("process lease lost; the attempt stops", "lease", l.Key, "err", context.Cause(kctx))
+		w.cancel(pid, errLeaseLost)
+	})()
 	res, err := w.cfg.Executor.Execute(ctx, run)
 	cause := context.Cause(ctx)
 	if ctx.Err() == nil {
@@ -592,44 +596,10 @@ func permanent(err error) bool {
 	return false
 }
 
-// renew keeps l alive while ctx lasts; losing it ends the attempt.
-func (w *Worker) renew(ctx context.Context, l *leases.Lease, done chan<- struct{}) {
-	defer close(done)
-	t := time.NewTicker(l.TTL / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			err := w.cfg.Leases.Renew(ctx, l)
-			if err == nil || ctx.Err() != nil {
-				continue
-			}
-			if errors.Is(err, leases.ErrLost) || !l.Valid(time.Now()) {
-				w.cfg.Logger.Warn("process lease lost; the attempt stops", "lease", l.Key, "err", err)
-				w.cancelLease(l)
-				return
-			}
-			w.cfg.Logger.Warn("renewing a process lease; trying again", "lease", l.Key, "err", err)
-		}
-	}
-}
-
 func (w *Worker) cancel(pid string, cause error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if cancel := w.running[pid]; cancel != nil {
 		cancel(cause)
-	}
-}
-
-func (w *Worker) cancelLease(l *leases.Lease) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for pid, cancel := range w.running {
-		if key, _ := leases.Key("proc", pid); key == l.Key {
-			cancel(errLeaseLost)
-		}
 	}
 }
