@@ -38,8 +38,8 @@ func (i *Inspector) Settings(ctx context.Context, fingerprint string) (Settings,
 }
 
 // body reads a commit's body, from the object store if need be.
-func (i *Inspector) body(ctx context.Context, e *sessionlog.Entry) (*sessionlog.TurnBody, error) {
-	data, err := i.log.Body(ctx, e)
+func (i *Inspector) body(ctx context.Context, session string, e *sessionlog.Entry) (*sessionlog.TurnBody, error) {
+	data, err := i.log.Body(ctx, session, e)
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +133,7 @@ func (i *Inspector) Turns(ctx context.Context, session string) ([]TurnSummary, e
 		case sessionlog.KindFence:
 			holders[e.Token] = e.Owner
 		case sessionlog.KindCommit:
-			b, err := i.body(ctx, e)
+			b, err := i.body(ctx, session, e)
 			if err != nil {
 				continue
 			}

@@ -25,7 +25,7 @@ func consumeEntries(t *testing.T, n *Node, session string) []sessionlog.InputUse
 	var uses []sessionlog.InputUse
 	_, _, err := n.log.ReadEntries(context.Background(), session, 0, func(_ uint64, e *sessionlog.Entry) error {
 		if e.Kind == sessionlog.KindConsume {
-			data, err := n.log.Body(context.Background(), e)
+			data, err := n.log.Body(context.Background(), session, e)
 			if err != nil {
 				return err
 			}

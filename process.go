@@ -321,7 +321,7 @@ func (n *Node) outcomeAfter(ctx context.Context, session string, seq uint64) (*t
 		if err != nil || e.Kind == sessionlog.KindFence {
 			return nil
 		}
-		body, err := n.log.Body(ctx, e)
+		body, err := n.log.Body(ctx, session, e)
 		if err != nil {
 			return err
 		}

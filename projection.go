@@ -16,10 +16,10 @@ import (
 func OpenProjection(dir string, c *streams.Client) (*projector.Projector, error) {
 	prefix := c.Config().Prefix
 	log := sessionlog.New(c, sessionlog.WithBlobs(turnBlobs(newBlobStore(c))))
-	bodies := func(e *sessionlog.Entry) ([]byte, error) {
+	bodies := func(session string, e *sessionlog.Entry) ([]byte, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		return log.Body(ctx, e)
+		return log.Body(ctx, session, e)
 	}
 	return projector.Open(dir, c, projector.Config{Stream: streams.Sessions, Filter: prefix + ".sess.>",
 		Folds: []projector.Fold{projector.NewSessions(prefix, projector.WithInputCheck(CheckInput), projector.WithBodies(bodies))}})

@@ -284,7 +284,7 @@ func (s *Session) fold(ctx context.Context, st *state) error {
 // cursor moves past the input the turn was named after. The projection sets
 // the commit aside where operators look.
 func (s *Session) body(ctx context.Context, seq uint64, e *sessionlog.Entry) (*sessionlog.TurnBody, error) {
-	data, err := s.n.log.Body(ctx, e)
+	data, err := s.n.log.Body(ctx, s.id, e)
 	if lostBody(err) {
 		data = nil
 	} else if err != nil {
@@ -306,7 +306,7 @@ func (s *Session) body(ctx context.Context, seq uint64, e *sessionlog.Entry) (*s
 // over like a commit's: the cursor moves past the input the consume is
 // named after, whose key is then not remembered.
 func (s *Session) consumeBody(ctx context.Context, seq uint64, e *sessionlog.Entry) (*sessionlog.ConsumeBody, error) {
-	data, err := s.n.log.Body(ctx, e)
+	data, err := s.n.log.Body(ctx, s.id, e)
 	if lostBody(err) {
 		data = nil
 	} else if err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lash-run/lash/leases"
+	"github.com/lash-run/lash/lifecycle"
 	"github.com/lash-run/lash/sessionlog"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/turn"
@@ -231,21 +232,11 @@ func TestKeptStateNotOfTheLog(t *testing.T) {
 	sameAsFold(t, a, s)
 }
 
-// deleteSession does what lash-admin sessions delete does to a session's
-// data: the mark, then the purges.
+// deleteSession deletes a session as lash-admin sessions delete does.
 func deleteSession(t *testing.T, c *streams.Client, id string) {
 	t.Helper()
-	gone, err := c.Subjects().SessionGone(id)
-	if err != nil {
+	if _, err := lifecycle.DeleteSession(context.Background(), c, id, "test"); err != nil {
 		t.Fatal(err)
-	}
-	if _, _, err := c.Publish(context.Background(), streams.Publication{Subject: gone, Data: []byte(`{}`)}); err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range []string{"lash.sess." + id + ".ev", "lash.sess." + id + ".in", "lash.sess." + id + ".decide", "lash.sess." + id + ".snap", "lash.fx." + id + ".>"} {
-		if err := c.Purge(context.Background(), f); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 

@@ -85,7 +85,7 @@ func (i *Inspector) verify(ctx context.Context, cfg *turn.Config, hooks turn.Hoo
 	found := false
 	for _, le := range entries {
 		if le.entry.Kind == sessionlog.KindConsume {
-			if data, err := i.log.Body(ctx, le.entry); err == nil {
+			if data, err := i.log.Body(ctx, session, le.entry); err == nil {
 				if b, err := sessionlog.DecodeConsumeBody(data); err == nil {
 					st.consumed(le.seq, le.entry.Token, le.entry.Settings, b)
 				}
@@ -95,7 +95,7 @@ func (i *Inspector) verify(ctx context.Context, cfg *turn.Config, hooks turn.Hoo
 		if le.entry.Kind != sessionlog.KindCommit {
 			continue
 		}
-		body, err := i.body(ctx, le.entry)
+		body, err := i.body(ctx, session, le.entry)
 		if err != nil {
 			// The history after it is unknown: no later turn can be
 			// replayed against it.

@@ -92,7 +92,7 @@ func testCommitByReference(t *testing.T, env Env) {
 	if !last.ByRef() || last.BodyRef().Sum != sessionlog.ContentHash(body) {
 		t.Fatalf("commit entry: by reference %v, ref %s", last.ByRef(), last.BodyRef())
 	}
-	got, err := log.Body(ctx, last)
+	got, err := log.Body(ctx, "big", last)
 	if err != nil || !bytes.Equal(got, body) {
 		t.Fatalf("body: %d bytes, %v", len(got), err)
 	}
@@ -104,7 +104,7 @@ func testBlobCeiling(t *testing.T, env Env) {
 	ctx := testCtx(t)
 	d := open(t, env, streams.Config{MaxPayloadBytes: 1 << 20})
 	store := blobStore(d.client)
-	_, err := store.Put(ctx, payload("huge", 1<<20+1))
+	_, err := store.Put(ctx, blobs.Owner{Kind: blobs.KindRecord, Session: "ceil", Turn: "in-1"}, payload("huge", 1<<20+1))
 	var tl *blobs.TooLargeError
 	if !errors.As(err, &tl) || tl.Max != 1<<20 {
 		t.Fatalf("a payload over the ceiling: %v", err)
@@ -119,14 +119,15 @@ func testBlobCeiling(t *testing.T, env Env) {
 	}
 }
 
-// testOneObjectPerContent: the same bytes put by racing writers are one
-// object, readable by all.
+// testOneObjectPerContent: the same bytes put by racing writers for one
+// owner are one object, readable by all; another owner's is another.
 func testOneObjectPerContent(t *testing.T, env Env) {
 	ctx := testCtx(t)
 	d := open(t, env, streams.Config{})
 	data := payload("shared", 600<<10)
+	owner := blobs.Owner{Kind: blobs.KindRecord, Session: "s1", Turn: "in-1"}
 	res := race(racers, func(i int) error {
-		_, err := blobStore(d.client).Put(ctx, data)
+		_, err := blobStore(d.client).Put(ctx, owner, data)
 		return err
 	})
 	for i, err := range res {
@@ -135,19 +136,36 @@ func testOneObjectPerContent(t *testing.T, env Env) {
 		}
 	}
 	ref := blobs.Ref{Sum: sessionlog.ContentHash(data), Size: int64(len(data))}
-	got, err := blobStore(d.reopen(t)).Get(ctx, ref)
+	got, err := blobStore(d.reopen(t)).Get(ctx, owner, ref)
 	if err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("get: %d bytes, %v", len(got), err)
 	}
 	before := objects(t, d)
-	if _, err := blobStore(d.client).Put(ctx, data); err != nil {
+	if _, err := blobStore(d.client).Put(ctx, owner, data); err != nil {
 		t.Fatal(err)
 	}
 	if after := objects(t, d); after != before {
 		t.Fatalf("a later put of the same bytes stored %d messages", after-before)
 	}
-	if _, err := blobStore(d.client).Get(ctx, blobs.Ref{Sum: sessionlog.ContentHash([]byte("absent")), Size: 6}); !errors.Is(err, blobs.ErrMissing) {
+	if _, err := blobStore(d.client).Get(ctx, owner, blobs.Ref{Sum: sessionlog.ContentHash([]byte("absent")), Size: 6}); !errors.Is(err, blobs.ErrMissing) {
 		t.Fatalf("a missing object: %v", err)
+	}
+	// Another owner's copy is its own object, deleted with it alone.
+	other := blobs.Owner{Kind: blobs.KindRecord, Session: "s2", Turn: "in-1"}
+	if _, err := blobStore(d.client).Put(ctx, other, data); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := blobStore(d.client).Delete(ctx, other, ref); err != nil || n != int64(len(data)) {
+		t.Fatalf("deleting s2's copy: %d bytes, %v", n, err)
+	}
+	if _, err := blobStore(d.client).Get(ctx, other, ref); !errors.Is(err, blobs.ErrMissing) {
+		t.Fatalf("s2's deleted copy: %v", err)
+	}
+	if got, err := blobStore(d.client).Get(ctx, owner, ref); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("s1's copy after s2's went: %d bytes, %v", len(got), err)
+	}
+	if after := objects(t, d); after != before {
+		t.Fatalf("a deleted object left %d messages", after-before)
 	}
 }
 

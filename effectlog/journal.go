@@ -111,6 +111,12 @@ func (j *Journal) recordSubject(key turn.ReplayKey) (string, error) {
 	return subj, nil
 }
 
+// RecordOwner owns the payloads of a turn's records kept by reference: they
+// go with the turn's journal.
+func RecordOwner(key turn.ReplayKey) blobs.Owner {
+	return blobs.Owner{Kind: blobs.KindRecord, Session: key.Session, Turn: key.Turn}
+}
+
 // Record journals the outcome of the effect at key, if no outcome is
 // recorded yet: the first writer wins, forever. It returns the record that
 // stands, with won false when another writer's came first. If the standing
@@ -125,7 +131,7 @@ func (j *Journal) Record(ctx context.Context, key turn.ReplayKey, hash turn.Hash
 	var ref *blobs.Ref
 	if j.blobs != nil && !j.blobs.Limits().InlineSize(len(out.Data)) {
 		// The object goes first: a record never names what is not stored.
-		r, err := j.blobs.Put(ctx, out.Data)
+		r, err := j.blobs.Put(ctx, RecordOwner(key), out.Data)
 		if err != nil {
 			return nil, false, err
 		}
@@ -190,7 +196,7 @@ func (j *Journal) resolve(ctx context.Context, rec *Record) error {
 	if j.blobs == nil {
 		return fmt.Errorf("%w: record %d keeps its outcome by reference (%s), and this journal reads no object store", ErrMalformed, rec.Seq, rec.Ref)
 	}
-	data, err := j.blobs.Get(ctx, *rec.Ref)
+	data, err := j.blobs.Get(ctx, RecordOwner(rec.Key), *rec.Ref)
 	if err != nil {
 		return fmt.Errorf("effectlog: record %d: %w", rec.Seq, err)
 	}
@@ -316,11 +322,33 @@ func (j *Journal) InDoubt(ctx context.Context, key turn.ReplayKey) (bool, error)
 	return rec.Outcome.Intends, nil
 }
 
-// Purge deletes the journal of a committed turn.
-func (j *Journal) Purge(ctx context.Context, session, turnID string) error {
-	filter, err := j.s.Subjects().TurnEffects(session, turnID)
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalid, err)
+// Drop deletes a journal for good: the objects that the records on records
+// (a filter: Subjects.SessionRecords, TurnRecords) keep by reference, then
+// every message on purge (SessionEffects, TurnEffects). It returns the
+// objects and bytes it deleted. An unreadable record holds no reference
+// this version can follow; it goes with the rest.
+func (j *Journal) Drop(ctx context.Context, records, purge string) (objects int, bytes int64, err error) {
+	if j.blobs != nil {
+		var refs []*Record
+		err = j.s.Read(ctx, records, 0, func(m *streams.Msg) error {
+			if rec, err := decode(m.Data, m.Seq); err == nil && rec.Ref != nil {
+				refs = append(refs, rec)
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+		for _, rec := range refs {
+			n, err := j.blobs.Delete(ctx, RecordOwner(rec.Key), *rec.Ref)
+			if err != nil {
+				return objects, bytes, err
+			}
+			if n > 0 {
+				objects++
+				bytes += n
+			}
+		}
 	}
-	return j.s.Purge(ctx, filter)
+	return objects, bytes, j.s.Purge(ctx, purge)
 }

@@ -93,7 +93,7 @@ type TranscriptEntry struct {
 type Sessions struct {
 	prefix     string
 	checkInput func(data []byte, decision bool) error
-	body       func(*sessionlog.Entry) ([]byte, error)
+	body       func(session string, e *sessionlog.Entry) ([]byte, error)
 }
 
 // SessionsOption configures the Sessions fold.
@@ -108,7 +108,7 @@ func WithInputCheck(check func(data []byte, decision bool) error) SessionsOption
 
 // WithBodies reads the bodies of entries kept by reference. Without it,
 // such an entry is set aside.
-func WithBodies(read func(*sessionlog.Entry) ([]byte, error)) SessionsOption {
+func WithBodies(read func(session string, e *sessionlog.Entry) ([]byte, error)) SessionsOption {
 	return func(f *Sessions) { f.body = read }
 }
 
@@ -193,7 +193,7 @@ func (f *Sessions) Prepare(m *streams.Msg) any {
 				p.err = fmt.Errorf("%w: %s %s keeps its body by reference and this projection reads no object store", ErrPoison, e.Kind, e.Turn)
 				return &p
 			}
-			if p.data, err = f.body(e); err != nil {
+			if p.data, err = f.body(p.sid, e); err != nil {
 				p.err = fmt.Errorf("%s %s: %w", e.Kind, e.Turn, err)
 				if errors.Is(err, blobs.ErrMissing) || errors.Is(err, blobs.ErrCorrupt) || errors.Is(err, blobs.ErrTooLarge) {
 					// Never readable: set aside. Anything else stops the

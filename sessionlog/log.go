@@ -93,16 +93,25 @@ func New(s Store, opts ...Option) *Log {
 	return l
 }
 
-// Body returns an entry's body, reading it from the object store when it
-// is kept by reference.
-func (l *Log) Body(ctx context.Context, e *Entry) ([]byte, error) {
+// BodyOwner owns the bodies of a session's commits and consumes kept by
+// reference: they go with the session.
+func BodyOwner(session string) blobs.Owner { return blobs.Owner{Kind: blobs.KindBody, Session: session} }
+
+// SnapshotOwner owns a session's snapshots kept by reference.
+func SnapshotOwner(session string) blobs.Owner {
+	return blobs.Owner{Kind: blobs.KindSnapshot, Session: session}
+}
+
+// Body returns an entry of session's log's body, reading it from the
+// object store when it is kept by reference.
+func (l *Log) Body(ctx context.Context, session string, e *Entry) ([]byte, error) {
 	if !e.ByRef() {
 		return e.Body, nil
 	}
 	if l.blobs == nil {
 		return nil, fmt.Errorf("sessionlog: %s %s keeps its body by reference (%s), and this log reads no object store", e.Kind, e.Turn, e.BodyRef())
 	}
-	return l.blobs.Get(ctx, e.BodyRef())
+	return l.blobs.Get(ctx, BodyOwner(session), e.BodyRef())
 }
 
 // Head is the last entry of a session log. Seq is 0 and Entry nil for an
@@ -289,7 +298,7 @@ func (l *Log) write(ctx context.Context, pos Position, kind Kind, turn string, b
 	want := &Entry{Kind: kind, Token: token, Turn: turn, Hash: ContentHash(body), Body: body, Settings: l.settings}
 	if l.blobs != nil && !l.blobs.Limits().InlineSize(len(body)) {
 		// The object goes first: an entry never names what is not stored.
-		if _, err := l.blobs.Put(ctx, body); err != nil {
+		if _, err := l.blobs.Put(ctx, BodyOwner(session), body); err != nil {
 			return Position{}, err
 		}
 		want.Body, want.BodySize = nil, int64(len(body))

@@ -38,8 +38,13 @@ func (l *Log) PutSnapshot(ctx context.Context, session string, snap Snapshot) er
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	m := snapshotMsg{Rev: snap.Rev, Hash: sha256.Sum256(snap.Data), Data: snap.Data}
+	// The snapshot this one replaces, whose object goes with it.
+	prev, hadPrev, err := SnapshotRef(ctx, l.s, session)
+	if err != nil {
+		return err
+	}
 	if l.blobs != nil && !l.blobs.Limits().InlineSize(len(snap.Data)) {
-		if _, err := l.blobs.Put(ctx, snap.Data); err != nil {
+		if _, err := l.blobs.Put(ctx, SnapshotOwner(session), snap.Data); err != nil {
 			return err
 		}
 		m.Data, m.Size = nil, int64(len(snap.Data))
@@ -52,7 +57,41 @@ func (l *Log) PutSnapshot(ctx context.Context, session string, snap Snapshot) er
 	if err != nil {
 		return err
 	}
-	return l.s.PurgeBefore(ctx, subj, seq)
+	if err := l.s.PurgeBefore(ctx, subj, seq); err != nil {
+		return err
+	}
+	// A reader that took the old snapshot just before finds its object
+	// gone and folds the log instead, as with any snapshot it cannot use.
+	if hadPrev && prev.Sum != m.Hash && l.blobs != nil {
+		if _, err := l.blobs.Delete(ctx, SnapshotOwner(session), prev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SnapshotRef is the reference to the session's snapshot when it is kept
+// in the object store (ok false otherwise, or when there is none).
+func SnapshotRef(ctx context.Context, s interface {
+	Subjects() streams.Subjects
+	Head(ctx context.Context, subject string) (*streams.Msg, error)
+}, session string) (ref blobs.Ref, ok bool, err error) {
+	subj, err := s.Subjects().SessionSnapshots(session)
+	if err != nil {
+		return blobs.Ref{}, false, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	msg, err := s.Head(ctx, subj)
+	if errors.Is(err, streams.ErrNotFound) {
+		return blobs.Ref{}, false, nil
+	}
+	if err != nil {
+		return blobs.Ref{}, false, err
+	}
+	var m snapshotMsg
+	if msgpack.Unmarshal(msg.Data, &m) != nil || m.Size == 0 {
+		return blobs.Ref{}, false, nil
+	}
+	return blobs.Ref{Sum: m.Hash, Size: m.Size}, true, nil
 }
 
 // LastSnapshot returns the session's newest snapshot, or
@@ -76,7 +115,7 @@ func (l *Log) LastSnapshot(ctx context.Context, session string) (Snapshot, error
 		if l.blobs == nil {
 			return Snapshot{}, errors.New("sessionlog: a snapshot kept by reference, and this log reads no object store")
 		}
-		if data, err = l.blobs.Get(ctx, blobs.Ref{Sum: m.Hash, Size: m.Size}); err != nil {
+		if data, err = l.blobs.Get(ctx, SnapshotOwner(session), blobs.Ref{Sum: m.Hash, Size: m.Size}); err != nil {
 			return Snapshot{}, err
 		}
 	}

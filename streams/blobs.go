@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -56,36 +57,41 @@ func blobName(sum [32]byte) string { return hex.EncodeToString(sum[:]) }
 // same bytes again, from any node, stores nothing more.
 func (c *Client) PutBlob(ctx context.Context, data []byte) ([32]byte, error) {
 	sum := sha256.Sum256(data)
-	name := blobName(sum)
+	return sum, c.PutObject(ctx, blobName(sum), sum, nil, data)
+}
+
+// PutObject stores data, whose sha256 is sum, under name with metadata
+// meta (what owns it, for the sweeps), unless an object of that name with
+// those bytes is there already.
+func (c *Client) PutObject(ctx context.Context, name string, sum [32]byte, meta map[string]string, data []byte) error {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
 	info, err := c.blobs.GetInfo(ctx, name)
 	switch {
 	case err == nil && info.Digest == digestOf(sum):
-		return sum, nil
+		return nil
 	case err != nil && !errors.Is(err, jetstream.ErrObjectNotFound):
-		return sum, fmt.Errorf("streams: blob %s: %w", name, err)
+		return fmt.Errorf("streams: blob %s: %w", name, err)
 	}
-	if _, err := c.blobs.Put(ctx, jetstream.ObjectMeta{Name: name}, bytes.NewReader(data)); err != nil {
+	if _, err := c.blobs.Put(ctx, jetstream.ObjectMeta{Name: name, Metadata: meta}, bytes.NewReader(data)); err != nil {
 		if tooLarge(err) {
-			return sum, fmt.Errorf("%w: a chunk of blob %s", ErrTooLarge, name)
+			return fmt.Errorf("%w: a chunk of blob %s", ErrTooLarge, name)
 		}
-		return sum, fmt.Errorf("streams: put blob %s: %w", name, err)
+		return fmt.Errorf("streams: put blob %s: %w", name, err)
 	}
-	return sum, nil
+	return nil
 }
 
 // BlobSize returns the size of the object named by sum, or ErrNotFound.
 func (c *Client) BlobSize(ctx context.Context, sum [32]byte) (int64, error) {
-	info, err := c.blobInfo(ctx, sum)
+	info, err := c.objectInfo(ctx, blobName(sum))
 	if err != nil {
 		return 0, err
 	}
 	return int64(info.Size), nil
 }
 
-func (c *Client) blobInfo(ctx context.Context, sum [32]byte) (*jetstream.ObjectInfo, error) {
-	name := blobName(sum)
+func (c *Client) objectInfo(ctx context.Context, name string) (*jetstream.ObjectInfo, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
 	var info *jetstream.ObjectInfo
@@ -106,31 +112,34 @@ func (c *Client) blobInfo(ctx context.Context, sum [32]byte) (*jetstream.ObjectI
 // (ErrTooLarge) before reading it. The bytes are checked against sum
 // (ErrCorrupt). A missing object is ErrNotFound.
 func (c *Client) GetBlob(ctx context.Context, sum [32]byte, limit int64) ([]byte, error) {
+	return c.GetObject(ctx, blobName(sum), sum, limit)
+}
+
+// GetObject is GetBlob for the object named name, whose bytes hash to sum.
+func (c *Client) GetObject(ctx context.Context, name string, sum [32]byte, limit int64) ([]byte, error) {
 	var err error
 	// A racing put of the same bytes by another node may replace the
 	// object's chunks while this read is on them: read its new ones once.
 	for range 2 {
 		var data []byte
-		if data, err = c.getBlob(ctx, sum, limit); err == nil || !errors.Is(err, ErrCorrupt) {
+		if data, err = c.getObject(ctx, name, sum, limit); err == nil || !errors.Is(err, ErrCorrupt) {
 			return data, err
 		}
 	}
 	return nil, err
 }
 
-func (c *Client) getBlob(ctx context.Context, sum [32]byte, limit int64) ([]byte, error) {
-	info, err := c.blobInfo(ctx, sum)
+func (c *Client) getObject(ctx context.Context, name string, sum [32]byte, limit int64) ([]byte, error) {
+	info, err := c.objectInfo(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	name := blobName(sum)
 	if limit > 0 && info.Size > uint64(limit) {
 		return nil, fmt.Errorf("%w: blob %s holds %d bytes, at most %d are read", ErrTooLarge, name, info.Size, limit)
 	}
 	data := make([]byte, 0, info.Size)
 	if info.Size > 0 {
-		chunks := "$O." + c.cfg.blobBucket() + ".C." + info.NUID
-		err = c.Read(ctx, chunks, 0, func(m *Msg) error {
+		err = c.Read(ctx, c.chunkSubject(info.NUID), 0, func(m *Msg) error {
 			if uint64(len(data)+len(m.Data)) > info.Size {
 				return fmt.Errorf("%w: blob %s has more than its %d bytes", ErrCorrupt, name, info.Size)
 			}
@@ -145,6 +154,62 @@ func (c *Client) getBlob(ctx context.Context, sum [32]byte, limit int64) ([]byte
 		return nil, fmt.Errorf("%w: blob %s: read %d of %d bytes, sha256 %s", ErrCorrupt, name, len(data), info.Size, hex.EncodeToString(got[:8]))
 	}
 	return data, nil
+}
+
+func (c *Client) chunkSubject(nuid string) string { return "$O." + c.cfg.blobBucket() + ".C." + nuid }
+
+func (c *Client) metaSubject(name string) string {
+	return "$O." + c.cfg.blobBucket() + ".M." + base64.URLEncoding.EncodeToString([]byte(name))
+}
+
+// DeleteObject removes the object named name for good, its chunks and its
+// meta (the object store's own delete leaves a marker that names it), and
+// returns its size; a missing object is 0 and no error.
+func (c *Client) DeleteObject(ctx context.Context, name string) (int64, error) {
+	info, err := c.objectInfo(ctx, name)
+	if errors.Is(err, ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	// The meta first: a reader that finds no meta finds no object, so one
+	// that stopped between the two purges leaves chunks no one reads,
+	// which the sweep of orphan chunks takes.
+	if err := c.Purge(ctx, c.metaSubject(name)); err != nil {
+		return 0, err
+	}
+	if err := c.Purge(ctx, c.chunkSubject(info.NUID)); err != nil {
+		return 0, err
+	}
+	return int64(info.Size), nil
+}
+
+// ObjectInfo is an object of the store as a sweep reads it.
+type ObjectInfo struct {
+	Name     string
+	Size     int64
+	Modified time.Time
+	Metadata map[string]string
+}
+
+// Objects calls fn with every object of the store.
+func (c *Client) Objects(ctx context.Context, fn func(ObjectInfo) error) error {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	list, err := c.blobs.List(ctx)
+	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("streams: list blobs: %w", err)
+	}
+	for _, o := range list {
+		if err := fn(ObjectInfo{Name: o.Name, Size: int64(o.Size), Modified: o.ModTime, Metadata: o.Metadata}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // digestOf is how the object store API spells a sha256 digest.

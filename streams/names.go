@@ -244,6 +244,15 @@ func (s Subjects) TurnRecords(session, turn string) (string, error) {
 	return s.prefix + ".fx." + t[0] + "." + t[1] + ".*.*.r", nil
 }
 
+// SessionRecords matches the recorded outcomes of every turn of a session.
+func (s Subjects) SessionRecords(session string) (string, error) {
+	t, err := mustTokens(session)
+	if err != nil {
+		return "", err
+	}
+	return s.prefix + ".fx." + t[0] + ".*.*.*.r", nil
+}
+
 // TurnIntents matches the intents of one turn: the attempts its runs
 // started.
 func (s Subjects) TurnIntents(session, turn string) (string, error) {
@@ -402,6 +411,26 @@ func (s Subjects) SignalWaitOf(subject string) (session, call string, err error)
 	}
 	call, err = ParseToken(toks[len(toks)-1])
 	return session, call, err
+}
+
+// EventSignal is where an outsider resolves the event id.
+func (s Subjects) EventSignal(id string) (string, error) {
+	t, err := mustTokens(id)
+	if err != nil {
+		return "", err
+	}
+	return s.prefix + ".signal.event." + t[0], nil
+}
+
+// SessionTimers match a session's timers: their schedules, the messages
+// they fired, and the index of its signal waits.
+func (s Subjects) SessionTimers(session string) []string {
+	t, err := Token(session)
+	if err != nil {
+		return nil
+	}
+	p := s.prefix + ".timer."
+	return []string{p + "at.*." + t + ".*", p + "due.*." + t + ".*", p + "wait.*." + t + ".*"}
 }
 
 // EventResolution holds the one resolution of an event wait; EventWait

@@ -45,7 +45,7 @@ func TestAdminSessionsDelete(t *testing.T) {
 	var out deleteJSON
 	a.json(&out, "sessions", "delete", "s1")
 	s1sub := triggers.SubscriptionID(triggers.Owner{Kind: triggers.Session, ID: "s1"}, "inbox")
-	if len(out.Revoked) != 2 || len(out.Orphaned) != 1 || out.Orphaned[0] != "p-only" || len(out.Purged) != 5 ||
+	if len(out.Revoked) != 2 || len(out.Orphaned) != 1 || out.Orphaned[0] != "p-only" || len(out.Purged) != 9 ||
 		len(out.Subscriptions) != 1 || out.Subscriptions[0] != s1sub {
 		t.Fatalf("delete: %+v", out)
 	}
