@@ -95,7 +95,9 @@ func New(s Store, opts ...Option) *Log {
 
 // BodyOwner owns the bodies of a session's commits and consumes kept by
 // reference: they go with the session.
-func BodyOwner(session string) blobs.Owner { return blobs.Owner{Kind: blobs.KindBody, Session: session} }
+func BodyOwner(session string) blobs.Owner {
+	return blobs.Owner{Kind: blobs.KindBody, Session: session}
+}
 
 // SnapshotOwner owns a session's snapshots kept by reference.
 func SnapshotOwner(session string) blobs.Owner {
