@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/lash-run/lash/lifecycle"
 	"github.com/lash-run/lash/projector"
 	"github.com/lash-run/lash/sessionlog"
 	"github.com/lash-run/lash/streams"
@@ -21,15 +22,40 @@ func OpenProjection(dir string, c *streams.Client) (*projector.Projector, error)
 		defer cancel()
 		return log.Body(ctx, session, e)
 	}
-	return projector.Open(dir, c, projector.Config{Stream: streams.Sessions, Filter: prefix + ".sess.>",
+	p, err := projector.Open(dir, c, projector.Config{Stream: streams.Sessions, Filter: prefix + ".sess.>",
 		Folds: []projector.Fold{projector.NewSessions(prefix, projector.WithInputCheck(CheckInput), projector.WithBodies(bodies))}})
+	if err != nil {
+		return nil, err
+	}
+	return p, rebuildIfStale(p, c, streams.Sessions)
+}
+
+// rebuildIfStale folds p again from the stream's start when a sweep removed
+// deletion marks past what it folded (lifecycle.Stale): it could hold what
+// was deleted. p is closed on an error.
+func rebuildIfStale(p *projector.Projector, c *streams.Client, s streams.Stream) error {
+	ctx, cancel := context.WithTimeout(context.Background(), streams.DefaultTimeout)
+	stale, err := lifecycle.Stale(ctx, c, s, p.Applied())
+	cancel()
+	if err == nil && stale {
+		err = p.Rebuild(context.Background())
+	}
+	if err != nil {
+		p.Close()
+		return fmt.Errorf("lash: read model of %s: %w", c.StreamName(s), err)
+	}
+	return nil
 }
 
 // OpenProcessProjection opens the read model of the deployment's
 // processes in dir (projector.Processes).
 func OpenProcessProjection(dir string, c *streams.Client) (*projector.Projector, error) {
-	return projector.Open(dir, c, projector.Config{Stream: streams.Processes, Filter: c.Subjects().AllProcesses(),
+	p, err := projector.Open(dir, c, projector.Config{Stream: streams.Processes, Filter: c.Subjects().AllProcesses(),
 		Folds: []projector.Fold{projector.NewProcesses(c.Subjects())}})
+	if err != nil {
+		return nil, err
+	}
+	return p, rebuildIfStale(p, c, streams.Processes)
 }
 
 // CheckInput reports why data is not a readable input on the session's

@@ -120,10 +120,20 @@ func (n *Node) wakeDue(ctx context.Context) error {
 			if again {
 				n.opts.logger.Warn("fired timer given up: its call was never parked", "subject", dl.Msg.Subject, "tries", dl.Delivered)
 			}
-			_ = dl.Ack()
+			n.settleTimer(ctx, dl)
 		}
 	}, func(err error) { n.opts.logger.Warn("timer fetch failed", "err", err) })
 	return nil
+}
+
+// settleTimer acknowledges a fired timer that is done with and removes its
+// message (ADR 0035): fired timers do not expire, so each is removed once
+// handled. A timer fired again on the same subject since stays.
+func (n *Node) settleTimer(ctx context.Context, dl *streams.Delivery) {
+	_ = dl.Ack()
+	if err := n.client.PurgeBefore(context.WithoutCancel(ctx), dl.Msg.Subject, dl.Msg.Seq+1); err != nil {
+		n.opts.logger.Warn("removing a fired timer; the sweep will", "subject", dl.Msg.Subject, "err", err)
+	}
 }
 
 // due handles one fired timer. again asks to see it again: its call is

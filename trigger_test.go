@@ -345,10 +345,20 @@ func TestScheduleTicksOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	timersSettled(t, a)
-	// Every tick fired became one occurrence with one delivery, and ran
-	// once.
+	// Every tick fired became one signal (its fired message, handled, is
+	// gone), one occurrence with one delivery, and ran once.
 	var fired int
-	if err := a.Streams().Read(ctx, "lash.timer.due.cron.heartbeat._", 0, func(*streams.Msg) error { fired++; return nil }); err != nil {
+	testenv.WaitFor(t, 30*time.Second, func() error {
+		left := 0
+		if err := a.Streams().Read(ctx, "lash.timer.due.cron.heartbeat._", 0, func(*streams.Msg) error { left++; return nil }); err != nil {
+			return err
+		}
+		if left != 0 {
+			return fmt.Errorf("%d fired ticks not removed", left)
+		}
+		return nil
+	})
+	if err := a.Streams().Read(ctx, "lash.signal.cron.heartbeat", 0, func(*streams.Msg) error { fired++; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 30*time.Second, func() error {

@@ -155,6 +155,10 @@ func (n *Node) retryOrGiveUp(ctx context.Context, dl *streams.Delivery, what str
 	}
 	n.opts.logger.Error(what+" given up", "subject", dl.Msg.Subject, "seq", dl.Msg.Seq, "tries", dl.Delivered, "err", err)
 	n.observe(Event{Kind: EventWake, Err: fmt.Errorf("%s %s given up after %d tries: %w", what, dl.Msg.Subject, dl.Delivered, err)})
+	if what == "fired timer" {
+		n.settleTimer(ctx, dl)
+		return
+	}
 	_ = dl.Ack()
 }
 

@@ -8,11 +8,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/lash-run/lash/effectlog"
 	"github.com/lash-run/lash/streams"
-	"github.com/lash-run/lash/testenv"
 	"github.com/lash-run/lash/turn"
 )
 
@@ -233,23 +231,4 @@ func testInDoubt(t *testing.T, env Env) {
 	if err != nil || !rec.Outcome.Intends {
 		t.Fatalf("Lookup of an answer marked Intends: %+v, %v", rec, err)
 	}
-}
-
-// testJournalRetention: effect records are removed by the server once the
-// deployment's journal retention has passed.
-func testJournalRetention(t *testing.T, env Env) {
-	ctx := testCtx(t)
-	d := open(t, env, streams.Config{DuplicateWindow: time.Second, JournalRetention: time.Second})
-	j := effectlog.New(d.client)
-	key := turn.ReplayKey{Session: "old", Turn: "t", Kind: turn.KindLLMCall, Effect: 1}
-	h := hashOf(key.String())
-	if _, _, err := j.Record(ctx, key, h, effectlog.Outcome{Data: []byte("x")}); err != nil {
-		t.Fatal(err)
-	}
-	testenv.WaitFor(t, 30*time.Second, func() error {
-		if _, err := j.Lookup(ctx, key, h); !errors.Is(err, effectlog.ErrNotRecorded) {
-			return fmt.Errorf("record still there: %v", err)
-		}
-		return nil
-	})
 }

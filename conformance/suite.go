@@ -101,7 +101,6 @@ var subtests = []subtest{
 	{"effectlog/first-writer-wins", testFirstWriterWins},
 	{"effectlog/nondeterminism", testNondeterminism},
 	{"effectlog/failure-replays", testFailureReplays},
-	{"effectlog/retention", testJournalRetention},
 	{"effectlog/in-doubt", testInDoubt},
 	{"blobs/journal-by-reference", testJournalByReference},
 	{"blobs/commit-by-reference", testCommitByReference},

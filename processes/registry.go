@@ -180,19 +180,25 @@ func (r *Registry) List(ctx context.Context) (ps []*Process, unreadable map[stri
 
 // Prune removes the logs of processes that ended before cutoff, and
 // returns their ids, then the budget records of trees of sub-agents none
-// of whose processes is left (pruneTrees). A process that has not ended is never touched; an
-// unreadable log is left for an operator. Each log goes in one purge of
-// its subject, so a prune stopped half way leaves whole processes; a mark
-// on <prefix>.proc.<pid>.gone, written before, tells read models to drop
-// it.
+// of whose processes is left (pruneTrees). A process that has not ended is
+// never touched; an unreadable log is left for an operator. Each log goes
+// in one purge of its subject, so a prune stopped half way leaves whole
+// processes; a mark on <prefix>.proc.<pid>.gone, written before, tells
+// read models to drop it.
 func (r *Registry) Prune(ctx context.Context, cutoff time.Time) ([]string, error) {
+	return r.PruneWhere(ctx, func(p *Process) bool { return p.End.At.Before(cutoff) }, cutoff)
+}
+
+// PruneWhere is Prune of the ended processes garbage says are, with tree
+// records whose last place was taken before treeCutoff.
+func (r *Registry) PruneWhere(ctx context.Context, garbage func(p *Process) bool, treeCutoff time.Time) ([]string, error) {
 	ps, _, err := r.List(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var pruned []string
 	for _, p := range ps {
-		if !p.Ended() || !p.End.At.Before(cutoff) {
+		if !p.Ended() || !garbage(p) {
 			continue
 		}
 		subj, err := r.subject(p.ID)
@@ -227,7 +233,7 @@ func (r *Registry) Prune(ctx context.Context, cutoff time.Time) ([]string, error
 	for _, id := range pruned {
 		delete(registered, id)
 	}
-	return pruned, r.pruneTrees(ctx, registered, cutoff)
+	return pruned, r.pruneTrees(ctx, registered, treeCutoff)
 }
 
 // catchUp applies to p the events stored after its head.

@@ -92,10 +92,6 @@ func adopt(ctx context.Context, js jetstream.JetStream, cfg Config) (Config, err
 	}
 	cfg.Replicas, cfg.DuplicateWindow = sess.Replicas, sess.Duplicates
 	cfg.MaxInputBytes, cfg.MaxMsgSize = sess.MaxMsgSize, fx.MaxMsgSize
-	cfg.JournalRetention = fx.MaxAge
-	if fx.MaxAge == 0 {
-		cfg.JournalRetention = -1
-	}
 	// LIVE may be missing (a memory stream after a server's restart): the
 	// deployment's other streams say the rest, and it is bound when a
 	// node makes it again.

@@ -43,18 +43,18 @@ func TestBind(t *testing.T) {
 	}
 	// Sizes are the deployment's: a reading tool takes them as it finds them.
 	if _, err := streams.Open(ctx, nc, streams.Config{Prefix: "sized", MaxInputBytes: 128 << 10, InlineBytes: 16 << 10,
-		MaxPayloadBytes: 4 << 20, JournalRetention: -1}); err != nil {
+		MaxPayloadBytes: 4 << 20}); err != nil {
 		t.Fatal(err)
 	}
 	c, err = streams.Bind(ctx, nc, streams.Config{Prefix: "sized"})
 	if err != nil {
 		t.Fatalf("bind a deployment with other sizes: %v", err)
 	}
-	if got := c.Config(); got.MaxInputBytes != 128<<10 || got.InlineBytes != 16<<10 || got.MaxPayloadBytes != 4<<20 || got.JournalRetention != -1 {
+	if got := c.Config(); got.MaxInputBytes != 128<<10 || got.InlineBytes != 16<<10 || got.MaxPayloadBytes != 4<<20 {
 		t.Fatalf("bound with %+v", got)
 	}
 	// Open with other sizes is refused, naming the setting.
-	_, err = streams.Open(ctx, nc, streams.Config{Prefix: "sized", MaxInputBytes: 128 << 10, JournalRetention: -1})
+	_, err = streams.Open(ctx, nc, streams.Config{Prefix: "sized", MaxInputBytes: 128 << 10})
 	var se *streams.SchemaError
 	if !errors.As(err, &se) || se.Field != "lash.inline_bytes" {
 		t.Fatalf("open with another inline size: %v", err)

@@ -33,9 +33,9 @@
 // the streams' metadata, say which payloads go to the object store and
 // which are never stored. Bind takes all of them as the streams have them.
 //
-// Effect records expire after Config.JournalRetention (default a week): the
-// EFFECTS stream's max age. It must exceed the longest turn; a committed
-// turn's journal is kept that long for inspection.
+// No stream expires messages by age: the journal of a turn parked for a
+// month, or a fired timer no node took for a week, must stay. What becomes
+// garbage is removed by package lifecycle (ADR 0035).
 //
 // Ensure (run by Open) creates what is missing and compares what exists
 // with what this build expects; a difference is refused with a

@@ -448,3 +448,52 @@ func (s Subjects) EffectStep(scope, call, step string) (string, error) {
 	}
 	return s.prefix + ".fx." + t[0] + ".steps." + t[1] + "." + t[2], nil
 }
+
+// AllEffects matches every journal subject: records, intents and steps.
+func (s Subjects) AllEffects() string { return s.prefix + ".fx.>" }
+
+// AllTimers matches every timer subject: schedules, fired timers and the
+// index of signal waits.
+func (s Subjects) AllTimers() string { return s.prefix + ".timer.>" }
+
+// AllSessionMarks matches the deletion marks of sessions.
+func (s Subjects) AllSessionMarks() string { return s.prefix + ".sess.*.gone" }
+
+// AllProcessMarks matches the prune marks of processes.
+func (s Subjects) AllProcessMarks() string { return s.prefix + ".proc.*.gone" }
+
+// RecordTurn returns the session and turn of a journal record's subject
+// (<prefix>.fx.<session>.<turn>.<effect>.<call>.r).
+func (s Subjects) RecordTurn(subject string) (session, turn string, ok bool) {
+	rest, found := strings.CutPrefix(subject, s.prefix+".fx.")
+	toks := strings.Split(rest, ".")
+	if !found || len(toks) != 5 || toks[4] != "r" || toks[1] == "steps" {
+		return "", "", false
+	}
+	var err error
+	if session, err = ParseToken(toks[0]); err != nil {
+		return "", "", false
+	}
+	if turn, err = ParseToken(toks[1]); err != nil {
+		return "", "", false
+	}
+	return session, turn, true
+}
+
+// StepOf returns the scope and call of a durable step's subject
+// (<prefix>.fx.<scope>.steps.<call>.<step>).
+func (s Subjects) StepOf(subject string) (scope, call string, ok bool) {
+	rest, found := strings.CutPrefix(subject, s.prefix+".fx.")
+	toks := strings.Split(rest, ".")
+	if !found || len(toks) != 4 || toks[1] != "steps" {
+		return "", "", false
+	}
+	var err error
+	if scope, err = ParseToken(toks[0]); err != nil {
+		return "", "", false
+	}
+	if call, err = ParseToken(toks[2]); err != nil {
+		return "", "", false
+	}
+	return scope, call, true
+}

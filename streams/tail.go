@@ -140,3 +140,27 @@ func (m *Msg) BatchID() string { return m.Header.Get(hdrBatchID) }
 
 // IsBatchCommit reports whether m is the last message of its atomic batch.
 func (m *Msg) IsBatchCommit() bool { return m.Header.Get(hdrBatchCommit) != "" }
+
+// SubjectCounts lists the subjects of stream s that match filter, with
+// how many messages each holds, as the leader reports them: no payload is
+// read.
+func (c *Client) SubjectCounts(ctx context.Context, s Stream, filter string) (map[string]uint64, error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	st, err := c.stream(ctx, s)
+	if err != nil {
+		return nil, err
+	}
+	var info *jetstream.StreamInfo
+	err = retryRead(ctx, func() (err error) {
+		info, err = st.Info(ctx, jetstream.WithSubjectFilter(filter))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("streams: subjects of %s: %w", c.cfg.streamName(s), err)
+	}
+	if info.State.Subjects == nil {
+		return map[string]uint64{}, nil
+	}
+	return info.State.Subjects, nil
+}

@@ -9,10 +9,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// FiredTTL is how long a fired timer's message is kept: nodes handle it
-// at once; a deployment with no node running for longer loses it.
-const FiredTTL = 7 * 24 * time.Hour
-
 // Timer is a durable timer: a message schedule on the TIMERS stream.
 type Timer struct {
 	// Subject holds the schedule (Subjects.TimerAt), Target gets the
@@ -46,7 +42,6 @@ func (c *Client) Schedule(ctx context.Context, t Timer) (created bool, err error
 	h := nats.Header{}
 	h.Set(jetstream.ScheduleHeader, pattern)
 	h.Set(jetstream.ScheduleTargetHeader, t.Target)
-	h.Set(jetstream.ScheduleTTLHeader, FiredTTL.String())
 	p := Publication{Subject: t.Subject, Data: t.Data, Header: h}
 	if t.Replace {
 		_, _, err = c.Publish(ctx, p)

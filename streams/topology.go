@@ -72,10 +72,6 @@ type Config struct {
 	// MaxPayloadBytes caps one payload by reference: a model answer or a
 	// tool result above it is recorded as an error instead. Default 32 MiB.
 	MaxPayloadBytes int64
-	// JournalRetention is how long effect records are kept: long enough to
-	// inspect a committed turn, and longer than any turn runs. The server
-	// removes older records. Default 7 days; negative keeps them forever.
-	JournalRetention time.Duration
 	// LiveRetention and LiveMaxBytes bound the LIVE stream, where live
 	// events are kept for watchers that reconnect: the oldest are dropped
 	// first. Defaults 1 hour and 64 MiB. LiveFile keeps them in files
@@ -96,8 +92,6 @@ const (
 	// entrySlack is what a log entry or journal record adds around an
 	// inline payload: its fields and headers (msg ids name the subject).
 	entrySlack = 8 << 10
-	// DefaultJournalRetention keeps effect records a week.
-	DefaultJournalRetention = 7 * 24 * time.Hour
 	// DefaultLiveRetention and DefaultLiveMaxBytes bound the LIVE stream.
 	DefaultLiveRetention = time.Hour
 	DefaultLiveMaxBytes  = 64 << 20
@@ -121,9 +115,6 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxMsgSize == 0 {
 		c.MaxMsgSize = DefaultMaxMsgSize
-	}
-	if c.JournalRetention == 0 {
-		c.JournalRetention = DefaultJournalRetention
 	}
 	if c.MaxInputBytes == 0 {
 		c.MaxInputBytes = DefaultMaxInputBytes
@@ -153,8 +144,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("streams: replicas %d: must be 1 to 5", c.Replicas)
 	case c.DuplicateWindow < time.Second:
 		return fmt.Errorf("streams: duplicate window %s: must be at least a second", c.DuplicateWindow)
-	case c.JournalRetention > 0 && c.JournalRetention < c.DuplicateWindow:
-		return fmt.Errorf("streams: journal retention %s is shorter than the duplicate window %s", c.JournalRetention, c.DuplicateWindow)
 	case c.LiveRetention < time.Second || c.LiveMaxBytes < 1<<20:
 		return fmt.Errorf("streams: live retention %s and max bytes %d: at least a second and 1 MiB", c.LiveRetention, c.LiveMaxBytes)
 	case c.MaxMsgSize < 1024:
@@ -223,10 +212,10 @@ func (c Config) streamConfig(s Stream) jetstream.StreamConfig {
 		Timers:    {p + ".timer.>"},
 		Live:      {p + ".live.>"},
 	}[s]
+	// No stream of lash's truth expires by age: what is garbage is removed
+	// when it becomes garbage (package lifecycle), and nothing live can
+	// lapse (a parked call's journal, a fired timer no node has taken).
 	var maxAge time.Duration
-	if s == Effects && c.JournalRetention > 0 {
-		maxAge = c.JournalRetention
-	}
 	maxMsgSize := c.MaxMsgSize
 	if s == Sessions {
 		maxMsgSize = c.MaxInputBytes
@@ -384,6 +373,14 @@ func (c *Client) ensureStream(ctx context.Context, want jetstream.StreamConfig) 
 			return err
 		}
 		got := st.CachedInfo().Config
+		if want.Name == c.cfg.streamName(Effects) && got.MaxAge > 0 && want.MaxAge == 0 {
+			// Made by a version whose journal expired after a week: its
+			// records now stay until the sweep removes them.
+			got.MaxAge = 0
+			if _, err := c.js.UpdateStream(ctx, got); err != nil {
+				return err
+			}
+		}
 		if want.Name == c.cfg.streamName(Live) && (got.MaxAge != want.MaxAge || got.MaxBytes != want.MaxBytes || got.MaxConsumers != want.MaxConsumers) &&
 			got.Storage == want.Storage {
 			got.MaxAge, got.MaxBytes, got.MaxConsumers = want.MaxAge, want.MaxBytes, want.MaxConsumers

@@ -22,6 +22,8 @@ type Store interface {
 	NextOnSubject(ctx context.Context, subject string, seq uint64) (*streams.Msg, error)
 	Read(ctx context.Context, filter string, from uint64, fn func(*streams.Msg) error) error
 	Tail(ctx context.Context, s streams.Stream, filters []string, from uint64, fn func(m *streams.Msg, pending uint64) error) error
+	Purge(ctx context.Context, filter string) error
+	PurgeBefore(ctx context.Context, subject string, seq uint64) error
 }
 
 // tries bounds how often an operation re-reads after another writer moved

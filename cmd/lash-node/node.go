@@ -22,6 +22,7 @@ import (
 
 	"github.com/lash-run/lash"
 	"github.com/lash-run/lash/internal/cli"
+	"github.com/lash-run/lash/lifecycle"
 	"github.com/lash-run/lash/nodeapi"
 	"github.com/lash-run/lash/streams"
 	"github.com/nats-io/nats.go"
@@ -171,7 +172,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) (err error) {
 	side, stopSide := context.WithCancel(ctx)
 	defer stopWork()
 	defer stopSide()
-	failed := make(chan error, 3)
+	failed := make(chan error, 4)
 	var serving, waking sync.WaitGroup
 	serving.Add(1)
 	go func() {
@@ -180,7 +181,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) (err error) {
 			failed <- fmt.Errorf("dispatch: %w", err)
 		}
 	}()
-	waking.Add(3)
+	waking.Add(4)
 	go func() {
 		defer waking.Done()
 		if err := node.Wake(side); err != nil && side.Err() == nil {
@@ -196,6 +197,12 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) (err error) {
 	go func() {
 		defer waking.Done()
 		ts.refresh(side, s.toolRefresh, watch.reconnected)
+	}()
+	go func() {
+		defer waking.Done()
+		if err := node.RunSweeps(side, s.sweepEvery, lifecycle.SweepConfig{Retention: s.retention}); err != nil && side.Err() == nil {
+			failed <- fmt.Errorf("sweeps: %w", err)
+		}
 	}()
 	log.Info("lash-node running", "incarnation", owner.Incarnation, "version", nodeVersion(), "prefix", prefix,
 		"tools", ts.count(), "api", nodeapi.Subject(prefix, "*"))

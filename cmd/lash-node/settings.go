@@ -11,6 +11,7 @@ import (
 
 	"github.com/lash-run/lash"
 	"github.com/lash-run/lash/internal/cli"
+	"github.com/lash-run/lash/lifecycle"
 	"github.com/lash-run/lash/processes"
 	"github.com/lash-run/lash/provider/openai"
 	"github.com/lash-run/lash/provider/scripted"
@@ -58,8 +59,10 @@ type settings struct {
 	turnAttempts int
 	// agents bounds each tree of sub-agents: in all, and per session.
 	maxAgents, maxAgentsSession int
-	eventSecret                 string
-	embeddedAuth                string
+	// retention and sweepEvery: what the sweeps keep, and how often.
+	retention, sweepEvery time.Duration
+	eventSecret           string
+	embeddedAuth          string
 
 	// Read by check: the provider the settings ask for.
 	model lash.Model
@@ -96,6 +99,8 @@ func newFlagSet(s *settings) *flag.FlagSet {
 	fs.IntVar(&s.turnAttempts, "turn-attempts", lash.DefaultTurnAttempts, "`runs` that may begin one turn (each after a failure, with a backoff up to a minute) before it is committed as failed")
 	fs.IntVar(&s.maxAgents, "max-agents", processes.DefaultBudget.PerTree, "`sub-agents` that one turn of a top-level session may start, with theirs at any depth; spawn_agent past it is a failed call the model reads")
 	fs.IntVar(&s.maxAgentsSession, "max-agents-per-session", processes.DefaultBudget.PerSession, "`sub-agents` that one session of such a tree may start")
+	fs.DurationVar(&s.retention, "retention", lifecycle.DefaultRetention, "how long ended work stays for operators to look at (a committed turn's journal, an ended process, a trigger occurrence) before a sweep removes it; work not ended never expires")
+	fs.DurationVar(&s.sweepEvery, "sweep-every", lash.DefaultSweepEvery, "how often the deployment is swept of garbage (one node at a time)")
 	fs.StringVar(&s.eventSecret, "event-secret-file", "", "`file` holding the deployment's secret (at least 32 bytes) that signs event keys (tools.AwaitEvent); every node of a deployment needs the same (default: <data>/event-secret, made on first start)")
 	s.logging.Register(fs)
 	return fs
@@ -110,7 +115,7 @@ var sections = []cli.Section{
 	{Title: "Local data and the embedded server", Names: []string{"data", "listen", "embedded-auth"}},
 	{Title: "Model provider (give --script, or --model for an OpenAI-compatible API)", Names: []string{"script", "model", "base-url", "model-timeout", "stream"}},
 	{Title: "Turns (every node of a deployment must agree)", Names: []string{"system", "max-iterations", "token-budget", "max-tool-failures", "decision-wait"}},
-	{Title: "Node", Names: []string{"node-id", "concurrency", "lease-ttl", "tool-timeout", "tool-refresh", "drain-timeout", "turn-attempts", "max-agents", "max-agents-per-session", "event-secret-file"}},
+	{Title: "Node", Names: []string{"node-id", "concurrency", "lease-ttl", "tool-timeout", "tool-refresh", "drain-timeout", "turn-attempts", "max-agents", "max-agents-per-session", "retention", "sweep-every", "event-secret-file"}},
 	{Title: "Sizes (the deployment's: every node must agree; set when its streams are created)", Names: []string{"max-input", "inline-max", "max-payload"}},
 	{Title: "Live events (the LIVE stream)", Names: []string{"live-retention", "live-max-bytes", "live-storage"}},
 	{Title: "Operations", Names: []string{"http", "otlp-endpoint", "log-format", "log-level"}},
@@ -195,6 +200,8 @@ func (s *settings) check() error {
 		return usage("--turn-attempts must be at least 1")
 	case s.maxAgents < 1 || s.maxAgentsSession < 1:
 		return usage("--max-agents and --max-agents-per-session must be at least 1")
+	case s.retention < time.Second || s.sweepEvery < time.Second:
+		return usage("--retention and --sweep-every must be at least 1s")
 	case s.leaseTTL < time.Second || s.leaseTTL%time.Second != 0:
 		return usage("--lease-ttl must be whole seconds, at least 1s, not %s", s.leaseTTL)
 	case s.toolTimeout <= 0:

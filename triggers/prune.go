@@ -1,0 +1,115 @@
+package triggers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/lash-run/lash/streams"
+)
+
+// Pruned counts what Prune removed.
+type Pruned struct {
+	Occurrences, Deliveries, Signals, Receipts, Subscriptions int
+}
+
+// Prune removes the trigger records nothing will read again, once older
+// than cutoff (ADR 0035):
+//
+//   - an occurrence whose every delivery is done with (its process is no
+//     longer registered, or its registration failed for good), with its
+//     deliveries and the signal it came from;
+//   - an operation's receipt (the same operation id after cutoff applies
+//     again);
+//   - a subscription deleted (its tombstone and history).
+//
+// registered says whether a process is still on the PROCESSES stream. A
+// reservation without a started mark is left for the sweep that starts it.
+func (t *Triggers) Prune(ctx context.Context, cutoff time.Time, registered func(pid string) bool) (Pruned, error) {
+	var out Pruned
+	subj := t.s.Subjects()
+	var old []*Occurrence
+	err := t.s.Read(ctx, subj.AllTriggers("occ"), 0, func(m *streams.Msg) error {
+		var o Occurrence
+		if decode(m, &o) == nil && o.At.Before(cutoff) {
+			old = append(old, &o)
+		}
+		return nil
+	})
+	if err != nil {
+		return out, err
+	}
+	for _, o := range old {
+		ds, err := t.deliveriesOf(ctx, o)
+		if err != nil {
+			continue // an unreadable delivery is left for an operator
+		}
+		done := true
+		for _, d := range ds {
+			if d.Failed == "" && (!d.Started || registered(d.Process)) {
+				done = false
+				break
+			}
+		}
+		if !done {
+			continue
+		}
+		for _, d := range ds {
+			s, _ := subj.TriggerDelivery(d.ID)
+			if err := t.s.Purge(ctx, s); err != nil {
+				return out, err
+			}
+			out.Deliveries++
+		}
+		// The signal, and any older one on its subject: all delivered.
+		if o.Signal > 0 && strings.HasPrefix(o.Subject, strings.TrimSuffix(subj.Signals(), ">")) {
+			if err := t.s.PurgeBefore(ctx, o.Subject, o.Signal+1); err != nil {
+				return out, err
+			}
+			out.Signals++
+		}
+		s, _ := subj.TriggerOccurrence(o.ID)
+		if err := t.s.Purge(ctx, s); err != nil {
+			return out, err
+		}
+		out.Occurrences++
+	}
+	var receipts []string
+	err = t.s.Read(ctx, subj.AllTriggers("op"), 0, func(m *streams.Msg) error {
+		var r Receipt
+		if decode(m, &r) == nil && r.At.Before(cutoff) {
+			receipts = append(receipts, m.Subject)
+		}
+		return nil
+	})
+	if err != nil {
+		return out, err
+	}
+	for _, s := range receipts {
+		if err := t.s.Purge(ctx, s); err != nil {
+			return out, err
+		}
+		out.Receipts++
+	}
+	last := map[string]*Subscription{}
+	err = t.s.Read(ctx, subj.AllTriggers("sub"), 0, func(m *streams.Msg) error {
+		var s Subscription
+		if decode(m, &s) == nil {
+			last[m.Subject] = &s
+		}
+		return nil
+	})
+	if err != nil {
+		return out, err
+	}
+	for s, sub := range last {
+		if sub.Deleted && sub.At.Before(cutoff) {
+			if err := t.s.Purge(ctx, s); err != nil {
+				return out, fmt.Errorf("pruning subscription %s: %w", sub.ID, err)
+			}
+			out.Subscriptions++
+		}
+	}
+	return out, nil
+}
