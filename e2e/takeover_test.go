@@ -220,8 +220,10 @@ func sigkillTakeover(t testing.TB) takeover {
 		took.signals = max(took.signals, at.Sub(sent))
 	}
 	for i := range 20 {
+		// The timer fires at the sleep's end, rounded up to the second; its
+		// message is removed once handled.
 		session := fmt.Sprint("nap-", i)
-		firedAt := stored("LASH_TIMERS", "lash.timer.due.sleep."+session+".>")
+		firedAt := sleepEnd(t, d, session)
 		at, _ := woken.at("lash.sess." + session + ".decide")
 		took.timers = max(took.timers, at.Sub(firedAt))
 	}
@@ -327,4 +329,28 @@ func BenchmarkTakeoverSIGKILL(b *testing.B) {
 	b.ReportMetric(ms(sum.signals), "ms/signals")
 	b.ReportMetric(ms(sum.timers), "ms/timers")
 	b.ReportMetric(ms(sum.processes), "ms/processes")
+}
+
+// sleepEnd is when the sleep a session's call parked on fires: the end its
+// ticket names, rounded up to the second as timers are.
+func sleepEnd(t testing.TB, d *deployment, session string) time.Time {
+	t.Helper()
+	var tr struct {
+		Messages []transcriptMessage `json:"messages"`
+	}
+	d.admin(&tr, "transcript", session)
+	for _, m := range tr.Messages {
+		if until, ok := strings.CutPrefix(m.Text, "awaiting decision: sleep-until "); ok {
+			at, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(until))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if at.Nanosecond() != 0 {
+				at = at.Truncate(time.Second).Add(time.Second)
+			}
+			return at
+		}
+	}
+	t.Fatalf("%s parked on no sleep: %+v", session, tr.Messages)
+	return time.Time{}
 }
