@@ -157,6 +157,9 @@ type Node struct {
 	settings nodeSettings
 	health   health
 	states   *states
+	// gone follows deletion marks: a deleted session's kept state is
+	// dropped at once, not when the cache would evict it.
+	gone *nats.Subscription
 	// snapshots bounds the snapshot writes in flight; Close waits for
 	// snapWrites.
 	snapshots  chan struct{}
@@ -304,6 +307,15 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 		}
 		go func() { folds.Wait(); close(n.projDone) }()
 	}
+	if n.gone, err = n.nc.Subscribe(c.Subjects().AllSessionMarks(), func(m *nats.Msg) {
+		if sid, err := c.Subjects().SessionOf(m.Subject); err == nil {
+			n.states.take(sid)
+		}
+	}); err != nil {
+		stop()
+		n.closeConn()
+		return nil, fmt.Errorf("lash: following deletions: %w", err)
+	}
 	n.beats.Add(1)
 	go n.beat(bctx)
 	return n, nil
@@ -381,6 +393,7 @@ func (n *Node) Close(ctx context.Context) error {
 	n.end()
 	n.snapWrites.Wait()
 	n.wakers.Wait()
+	_ = n.gone.Unsubscribe()
 	n.stop()
 	n.beats.Wait()
 	if n.proj != nil {

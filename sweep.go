@@ -3,6 +3,7 @@ package lash
 import (
 	"context"
 	"errors"
+	"runtime/debug"
 	"time"
 
 	"github.com/lash-run/lash/leases"
@@ -40,6 +41,11 @@ func (n *Node) RunSweeps(ctx context.Context, every time.Duration, cfg lifecycle
 		case err != nil && ctx.Err() == nil:
 			n.opts.logger.Warn("sweep failed; the next one goes on", "err", err)
 		case swept != nil:
+			if swept.Sessions+swept.Processes+swept.Journals+swept.Objects > 0 {
+				// What the sweep freed here (states, caches) goes back to
+				// the system now, not when the runtime gets to it.
+				debug.FreeOSMemory()
+			}
 			n.opts.logger.Info("swept", "journals", swept.Journals, "steps", swept.Steps, "processes", swept.Processes,
 				"sessions", swept.Sessions, "occurrences", swept.Occurrences, "receipts", swept.Receipts, "waits", swept.Waits,
 				"marks", swept.Marks, "objects", swept.Objects, "object_bytes", swept.ObjectBytes)

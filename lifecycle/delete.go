@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/lash-run/lash/blobs"
@@ -53,6 +54,41 @@ type Deletion struct {
 // the id known), or by a sweep, which finds the objects of a session
 // without a log.
 func DeleteSession(ctx context.Context, c *streams.Client, id, writer string) (*Deletion, error) {
+	ds, err := DeleteSessions(ctx, c, []string{id}, writer)
+	if err != nil {
+		return nil, err
+	}
+	return ds[0], nil
+}
+
+// DeleteSessions is DeleteSession of each of ids, in order, reading the
+// processes, subscriptions and wait indexes they may hold once for all. It
+// stops at the first that fails, returning those deleted before it.
+func DeleteSessions(ctx context.Context, c *streams.Client, ids []string, writer string) ([]*Deletion, error) {
+	m := leases.New(c, leases.LocalOwner(writer))
+	if err := m.Beat(ctx, 30*time.Second); err != nil {
+		return nil, err
+	}
+	grants, err := grantsOf(ctx, c, writer)
+	if err != nil {
+		return nil, err
+	}
+	events, err := eventWaits(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	var out []*Deletion
+	for _, id := range ids {
+		d, err := deleteSession(ctx, c, m, id, writer, grants[id], events[id])
+		if err != nil {
+			return out, err
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+func deleteSession(ctx context.Context, c *streams.Client, m *leases.Manager, id, writer string, granted []string, events []string) (*Deletion, error) {
 	subj := c.Subjects()
 	gone, err := subj.SessionGone(id)
 	if err != nil {
@@ -83,11 +119,7 @@ func DeleteSession(ctx context.Context, c *streams.Client, id, writer string) (*
 	}
 	// The lease keeps nodes off the session while it goes. Nodes take a
 	// holder whose node has no liveness key for dead, so the deleter beats
-	// one for as long as this takes.
-	m := leases.New(c, leases.LocalOwner(writer))
-	if err := m.Beat(ctx, 30*time.Second); err != nil {
-		return nil, err
-	}
+	// one (DeleteSessions) for as long as this takes.
 	key, err := leases.Key("sess", id)
 	if err != nil {
 		return nil, err
@@ -103,7 +135,7 @@ func DeleteSession(ctx context.Context, c *streams.Client, id, writer string) (*
 	defer func() { _ = m.Release(context.WithoutCancel(ctx), l) }()
 
 	out := &Deletion{Session: id, Revoked: []string{}, Orphaned: []string{}, Subscriptions: []string{}, Purged: []string{}}
-	if err := revokeGrants(ctx, c, id, writer, out); err != nil {
+	if err := revokeGrants(ctx, c, id, writer, granted, out); err != nil {
 		return nil, err
 	}
 	if err := deleteSubscriptions(ctx, c, id, writer, out); err != nil {
@@ -129,10 +161,6 @@ func DeleteSession(ctx context.Context, c *streams.Client, id, writer string) (*
 		return nil, err
 	} else if ok {
 		objects = append(objects, owned{sessionlog.SnapshotOwner(id), ref})
-	}
-	events, err := eventWaits(ctx, c, id)
-	if err != nil {
-		return nil, err
 	}
 	// The mark before the purges: read models drop the session on it, and
 	// a fresh fold does too, whether or not the purges after it land.
@@ -189,25 +217,33 @@ func DeleteSession(ctx context.Context, c *streams.Client, id, writer string) (*
 	return out, nil
 }
 
-// revokeGrants ends the session's grants on processes: they stop waking
-// it, and go on.
-func revokeGrants(ctx context.Context, c *streams.Client, id, writer string, out *Deletion) error {
-	r := processes.New(c, writer)
-	ps, _, err := r.List(ctx)
+// grantsOf lists the processes each session holds a grant on.
+func grantsOf(ctx context.Context, c *streams.Client, writer string) (map[string][]string, error) {
+	ps, _, err := processes.New(c, writer).List(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	out := map[string][]string{}
 	for _, p := range ps {
-		if !p.Granted(id) {
-			continue
+		for _, s := range p.Grants {
+			out[s] = append(out[s], p.ID)
 		}
-		after, err := r.Revoke(ctx, p.ID, id)
+	}
+	return out, nil
+}
+
+// revokeGrants ends the session's grants on the processes granted: they
+// stop waking it, and go on.
+func revokeGrants(ctx context.Context, c *streams.Client, id, writer string, granted []string, out *Deletion) error {
+	r := processes.New(c, writer)
+	for _, pid := range granted {
+		after, err := r.Revoke(ctx, pid, id)
 		if err != nil {
-			return fmt.Errorf("revoking the grant on process %s: %w", p.ID, err)
+			return fmt.Errorf("revoking the grant on process %s: %w", pid, err)
 		}
-		out.Revoked = append(out.Revoked, p.ID)
+		out.Revoked = append(out.Revoked, pid)
 		if !after.Ended() && len(after.Grants) == 0 {
-			out.Orphaned = append(out.Orphaned, p.ID)
+			out.Orphaned = append(out.Orphaned, pid)
 		}
 	}
 	return nil
@@ -235,21 +271,21 @@ func deleteSubscriptions(ctx context.Context, c *streams.Client, id, writer stri
 	return nil
 }
 
-// eventWaits lists the events the session's calls wait for, from their
+// eventWaits lists the events each session's calls wait for, from their
 // index (ADR 0026).
-func eventWaits(ctx context.Context, c *streams.Client, id string) ([]string, error) {
+func eventWaits(ctx context.Context, c *streams.Client) (map[string][]string, error) {
 	subj := c.Subjects()
-	var out []string
+	out := map[string][]string{}
+	prefix := strings.TrimSuffix(subj.AllTriggers("await"), "*")
 	err := c.Read(ctx, subj.AllTriggers("await"), 0, func(m *streams.Msg) error {
 		var w struct {
 			Session string `json:"session"`
 		}
-		if json.Unmarshal(m.Data, &w) != nil || w.Session != id {
+		if json.Unmarshal(m.Data, &w) != nil {
 			return nil
 		}
-		rest := m.Subject[len(subj.AllTriggers("await"))-1:]
-		if e, err := streams.ParseToken(rest); err == nil {
-			out = append(out, e)
+		if e, err := streams.ParseToken(strings.TrimPrefix(m.Subject, prefix)); err == nil {
+			out[w.Session] = append(out[w.Session], e)
 		}
 		return nil
 	})

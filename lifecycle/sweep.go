@@ -38,7 +38,7 @@ type SweepConfig struct {
 	// marks is rebuilt (Watermarks). Default DefaultMarkTTL.
 	MarkTTL time.Duration
 	// Grace leaves younger objects that nothing names. Default
-	// DefaultGrace.
+	// DefaultGrace, or Retention when that is shorter.
 	Grace time.Duration
 	// DryRun counts what would go and removes nothing.
 	DryRun bool
@@ -53,10 +53,10 @@ func (cfg SweepConfig) withDefaults() SweepConfig {
 		cfg.Retention = DefaultRetention
 	}
 	if cfg.MarkTTL <= 0 {
-		cfg.MarkTTL = DefaultMarkTTL
+		cfg.MarkTTL = min(DefaultMarkTTL, cfg.Retention)
 	}
 	if cfg.Grace <= 0 {
-		cfg.Grace = DefaultGrace
+		cfg.Grace = min(DefaultGrace, cfg.Retention)
 	}
 	if cfg.Writer == "" {
 		cfg.Writer = "sweep"

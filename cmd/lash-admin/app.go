@@ -16,6 +16,7 @@ import (
 
 	"github.com/lash-run/lash"
 	"github.com/lash-run/lash/internal/cli"
+	"github.com/lash-run/lash/lifecycle"
 	"github.com/lash-run/lash/streams"
 	"github.com/nats-io/nats.go"
 )
@@ -56,7 +57,7 @@ func commands() []*command {
 		triggersLsCmd, triggersShowCmd, triggersRegisterCmd, triggersEnableCmd, triggersDisableCmd, triggersDeleteCmd,
 		triggersReviveCmd, triggersOccurrencesCmd, triggersDeliveriesCmd, triggersScheduleCmd, triggersUnscheduleCmd,
 		triggersSchedulesCmd, waitsLsCmd, waitsCancelCmd, waitsRevokeCmd,
-		leasesLsCmd, nodesLsCmd, streamsCmd, quarantineLsCmd,
+		leasesLsCmd, nodesLsCmd, streamsCmd, storageCmd, storageSweepCmd, quarantineLsCmd,
 		watchCmd, sendCmd, decideCmd, cancelCmd, signalCmd, uiCmd, rebuildCmd, verifyCmd, permissionsCmd}
 }
 
@@ -103,6 +104,8 @@ type app struct {
 	olderThan               time.Duration
 	// trig: the triggers commands' flags.
 	trig triggerFlags
+	// sweep: storage sweep's flags.
+	sweep lifecycle.SweepConfig
 	// What check prepared: an input to append, a signal to publish, a
 	// turn id.
 	input   lash.Input

@@ -11,7 +11,7 @@ import (
 
 var sessionsDeleteCmd = &command{
 	name:    "sessions delete",
-	args:    "ID",
+	args:    "ID...",
 	summary: "delete a session and everything it owns, for good",
 	doc: `Deletes a session for good. lash-admin takes the session's lease first, so no node
 runs it meanwhile (a session a node is running is refused: try again when it is idle).
@@ -23,8 +23,9 @@ objects they keep in the object store, its live events, its timers and the index
 waits. It prints what it purged, the objects it deleted, the processes whose grants it
 revoked, and those left with no session holding a grant. A deletion cut short is finished
 by running it again. An input sent afterwards starts a new session under the same id,
-with no history.`,
-	min: 1, max: 1,
+with no history. Several ids are deleted in order, reading the deployment's processes
+once for all; the first that fails stops the rest. With --json, one object per session.`,
+	min: 1, max: -1,
 	run: runSessionsDelete,
 }
 
@@ -44,29 +45,33 @@ type deleteJSON struct {
 }
 
 func runSessionsDelete(a *app, args []string) error {
-	id := args[0]
-	if _, err := a.client.Subjects().SessionGone(id); err != nil {
-		return a.usagef("session id: %v", err)
+	for _, id := range args {
+		if _, err := a.client.Subjects().SessionGone(id); err != nil {
+			return a.usagef("session id: %v", err)
+		}
 	}
-	d, err := lifecycle.DeleteSession(a.ctx, a.client, id, "lash-admin")
+	ds, err := lifecycle.DeleteSessions(a.ctx, a.client, args, "lash-admin")
+	for _, d := range ds {
+		out := deleteJSON{Session: d.Session, Revoked: d.Revoked, Orphaned: d.Orphaned, Subscriptions: d.Subscriptions, Purged: d.Purged,
+			Objects: d.Objects, ObjectBytes: d.ObjectBytes}
+		if eerr := a.emit(out, func(w io.Writer) {
+			fmt.Fprintf(w, "session %s deleted: %s purged; %d objects (%s) deleted\n", out.Session, strings.Join(out.Purged, ", "), out.Objects, bytesOf(uint64(out.ObjectBytes)))
+			fmt.Fprintf(w, "grants revoked on %d processes: %s\n", len(out.Revoked), strings.Join(out.Revoked, ", "))
+			if len(out.Orphaned) > 0 {
+				fmt.Fprintf(w, "left with no session holding a grant: %s\n", strings.Join(out.Orphaned, ", "))
+			}
+			if len(out.Subscriptions) > 0 {
+				fmt.Fprintf(w, "trigger subscriptions deleted: %s\n", strings.Join(out.Subscriptions, ", "))
+			}
+		}); eerr != nil {
+			return eerr
+		}
+	}
 	switch {
 	case errors.Is(err, lifecycle.ErrUnknownSession):
-		return fmt.Errorf("no session %q", id)
+		return fmt.Errorf("no session %q", args[len(ds)])
 	case errors.Is(err, lifecycle.ErrRunning):
 		return fmt.Errorf("%v; delete it when it is idle", err)
-	case err != nil:
-		return err
 	}
-	out := deleteJSON{Session: id, Revoked: d.Revoked, Orphaned: d.Orphaned, Subscriptions: d.Subscriptions, Purged: d.Purged,
-		Objects: d.Objects, ObjectBytes: d.ObjectBytes}
-	return a.emit(out, func(w io.Writer) {
-		fmt.Fprintf(w, "session %s deleted: %s purged; %d objects (%s) deleted\n", id, strings.Join(out.Purged, ", "), out.Objects, bytesOf(uint64(out.ObjectBytes)))
-		fmt.Fprintf(w, "grants revoked on %d processes: %s\n", len(out.Revoked), strings.Join(out.Revoked, ", "))
-		if len(out.Orphaned) > 0 {
-			fmt.Fprintf(w, "left with no session holding a grant: %s\n", strings.Join(out.Orphaned, ", "))
-		}
-		if len(out.Subscriptions) > 0 {
-			fmt.Fprintf(w, "trigger subscriptions deleted: %s\n", strings.Join(out.Subscriptions, ", "))
-		}
-	})
+	return err
 }
