@@ -11,10 +11,12 @@
 //   - A payload above Limits.Max is never stored: Put refuses it with a
 //     *TooLargeError (ErrTooLarge), which callers record as an error the
 //     model sees, never retry.
-//   - Put is idempotent: the same bytes, from any node, are one object.
+//   - Put is idempotent: the same bytes for the same owner, from any node,
+//     are one object.
 //   - Get checks the bytes against the Ref (ErrCorrupt) and reports a
 //     missing object as ErrMissing: neither can succeed by retrying.
 //
-// Nothing is deleted yet: objects stay for as long as the stream keeps them
-// (ADR 0013).
+// Objects are named by their Owner (a turn's journal, a session's bodies
+// and snapshot), so an owner's objects are deleted with it without looking
+// for other readers (ADR 0035); the deployment's own are shared.
 package blobs
