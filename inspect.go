@@ -23,12 +23,14 @@ type Inspector struct {
 	c       *streams.Client
 	journal *effectlog.Journal
 	log     *sessionlog.Log
+	ceiling *ceiling
 }
 
 // NewInspector reads the deployment c belongs to.
 func NewInspector(c *streams.Client) *Inspector {
 	b := newBlobStore(c)
-	return &Inspector{c: c, journal: effectlog.New(c, effectlog.WithBlobs(b)), log: sessionlog.New(c, sessionlog.WithBlobs(turnBlobs(b)))}
+	return &Inspector{c: c, journal: effectlog.New(c, effectlog.WithBlobs(b)), log: sessionlog.New(c, sessionlog.WithBlobs(turnBlobs(b))),
+		ceiling: &ceiling{c: c}}
 }
 
 // Settings reads the turn settings whose fingerprint (hex) fences, commits

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/lash-run/lash/blobs"
@@ -148,9 +147,8 @@ type Node struct {
 	procs    *processes.Registry
 	trigs    *triggers.Triggers
 	router   *triggers.Router
-	// tokenCeiling is a lease bucket revision read: no fencing token on
-	// a log is above the bucket's newest revision.
-	tokenCeiling atomic.Uint64
+	// ceiling tells entries a lease could have written (ADR 0027).
+	ceiling *ceiling
 	// agents caches the registrations of sub-agents' sessions.
 	agentsMu sync.Mutex
 	agents   map[string]*processes.Process
@@ -233,6 +231,7 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 		return nil, err
 	}
 	n.client = c
+	n.ceiling = &ceiling{c: c}
 	if err := streams.CheckID(o.nodeID); err != nil {
 		n.closeConn()
 		return nil, fmt.Errorf("lash: node id: %w", err)

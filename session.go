@@ -236,46 +236,15 @@ func (s *Session) load(ctx context.Context) (*state, error) {
 // entry moves st.rev as it is applied, so st stays a fold of its log
 // through st.rev even when the read fails part way.
 func (s *Session) fold(ctx context.Context, st *state) error {
-	last, _, err := s.n.log.ReadEntries(ctx, s.id, st.rev+1, func(seq uint64, e *sessionlog.Entry) error {
-		if ok, err := s.n.plausibleToken(ctx, e.Token); err != nil {
-			return err
-		} else if !ok {
+	f := logFolder{log: s.n.log, ceiling: s.n.ceiling, commit: s.body, consume: s.consumeBody,
+		passed: func(seq uint64, e *sessionlog.Entry) {
 			// No lease ever had this token: not a node's entry. Passing
 			// it over keeps it from fencing every node out (ADR 0027).
 			s.n.opts.logger.Error("session log entry passed over: its fencing token is above every lease's", "session", s.id,
 				"revision", seq, "kind", e.Kind, "token", e.Token, "owner", e.Owner)
 			s.n.observe(Event{Kind: EventInputRefused, Session: s.id, Err: fmt.Errorf("%w: log entry %d with token %d, above every lease's", ErrBadInput, seq, e.Token)})
-			st.rev = seq
-			st.setAside = append(st.setAside, seq)
-			return nil
-		}
-		switch e.Kind {
-		case sessionlog.KindFence:
-			st.fenced(seq, e.Token, e.Owner)
-		case sessionlog.KindCommit:
-			b, err := s.body(ctx, seq, e)
-			if err != nil {
-				return err
-			}
-			st.committed(seq, e.Token, e.Settings, b)
-		case sessionlog.KindConsume:
-			b, err := s.consumeBody(ctx, seq, e)
-			if err != nil {
-				return err
-			}
-			st.consumed(seq, e.Token, e.Settings, b)
-		default:
-			st.rev, st.newest = seq, max(st.newest, e.Token)
-			st.since++
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	// Messages that are no entries (nothing lash wrote) are passed over.
-	st.rev = max(st.rev, last)
-	return nil
+		}}
+	return f.fold(ctx, s.id, st)
 }
 
 // body reads a commit's body. A body that can never be read (its object
@@ -402,22 +371,8 @@ func (st *state) remember(uses []sessionlog.InputUse) {
 // errStop ends a read early.
 var errStop = errors.New("stop")
 
-// plausibleToken reports whether token can be a lease's fencing token: at
-// most the lease bucket's newest revision. The ceiling is cached and read
-// again only for a token above it.
+// plausibleToken reports whether token can be a lease's fencing token
+// (ceiling).
 func (n *Node) plausibleToken(ctx context.Context, token uint64) (bool, error) {
-	if token <= n.tokenCeiling.Load() {
-		return true, nil
-	}
-	rev, err := n.client.LeaseRevision(ctx)
-	if err != nil {
-		return false, err
-	}
-	for {
-		cur := n.tokenCeiling.Load()
-		if rev <= cur || n.tokenCeiling.CompareAndSwap(cur, rev) {
-			break
-		}
-	}
-	return token <= rev, nil
+	return n.ceiling.plausible(ctx, token)
 }

@@ -76,57 +76,81 @@ func (i *Inspector) VerifyRecorded(ctx context.Context, hooks turn.Hooks, sessio
 }
 
 func (i *Inspector) verify(ctx context.Context, cfg *turn.Config, hooks turn.Hooks, session, turnID string) (*VerifyReport, error) {
-	entries, err := i.readLog(ctx, session)
-	if err != nil {
-		return nil, err
+	if _, err := i.c.Subjects().SessionEvents(session); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrBadInput, err)
 	}
 	rep := &VerifyReport{Session: session}
 	st := newState(session)
 	found := false
-	for _, le := range entries {
-		if le.entry.Kind == sessionlog.KindConsume {
-			if data, err := i.log.Body(ctx, session, le.entry); err == nil {
+	// The log is folded as the driver folds it (logFolder): an entry no
+	// lease could have written is passed over here too, so verify replays
+	// what the driver would.
+	f := logFolder{log: i.log, ceiling: i.ceiling,
+		commit: func(ctx context.Context, seq uint64, e *sessionlog.Entry) (*sessionlog.TurnBody, error) {
+			b, err := i.body(ctx, session, e)
+			if err != nil {
+				return nil, &unreadableCommit{seq: seq, turn: e.Turn, err: err}
+			}
+			return b, nil
+		},
+		consume: func(ctx context.Context, seq uint64, e *sessionlog.Entry) (*sessionlog.ConsumeBody, error) {
+			if data, err := i.log.Body(ctx, session, e); err == nil {
 				if b, err := sessionlog.DecodeConsumeBody(data); err == nil {
-					st.consumed(le.seq, le.entry.Token, le.entry.Settings, b)
+					return b, nil
 				}
 			}
-			continue
-		}
-		if le.entry.Kind != sessionlog.KindCommit {
-			continue
-		}
-		body, err := i.body(ctx, session, le.entry)
-		if err != nil {
-			// The history after it is unknown: no later turn can be
-			// replayed against it.
-			note := fmt.Sprintf("the commit of %s at revision %d cannot be read: %v", le.entry.Turn, le.seq, err)
-			for _, e := range entries {
-				if e.seq >= le.seq && e.entry.Kind == sessionlog.KindCommit && (turnID == "" || e.entry.Turn == turnID) {
-					found = true
-					rep.Turns = append(rep.Turns, TurnVerdict{Turn: e.entry.Turn, Verdict: "unverifiable", Note: note})
-				}
+			return nil, nil // its keys unknown, as the driver passes it over
+		},
+		before: func(seq uint64, e *sessionlog.Entry, body *sessionlog.TurnBody) error {
+			if turnID != "" && e.Turn != turnID {
+				return nil
 			}
-			break
-		}
-		if turnID == "" || le.entry.Turn == turnID {
 			found = true
 			var v TurnVerdict
 			if failedTurn(&body.Outcome) {
-				v = TurnVerdict{Turn: le.entry.Turn, Verdict: "failed", Note: "committed as failed: " + body.Outcome.Termination.String()}
-			} else if tcfg, err := i.turnConfig(ctx, cfg, hooks, le.entry); err != nil {
-				v = TurnVerdict{Turn: le.entry.Turn, Verdict: "unverifiable", Note: err.Error()}
-			} else if v, err = i.verifyTurn(ctx, tcfg, session, le.entry.Turn, st, body); err != nil {
-				return nil, err
+				v = TurnVerdict{Turn: e.Turn, Verdict: "failed", Note: "committed as failed: " + body.Outcome.Termination.String()}
+			} else if tcfg, err := i.turnConfig(ctx, cfg, hooks, e); err != nil {
+				v = TurnVerdict{Turn: e.Turn, Verdict: "unverifiable", Note: err.Error()}
+			} else if v, err = i.verifyTurn(ctx, tcfg, session, e.Turn, st, body); err != nil {
+				return err
 			}
 			rep.Turns = append(rep.Turns, v)
-		}
-		st.committed(le.seq, le.entry.Token, le.entry.Settings, body)
+			return nil
+		}}
+	err := f.fold(ctx, session, st)
+	var bad *unreadableCommit
+	if errors.As(err, &bad) {
+		// The history after it is unknown: no later turn can be replayed
+		// against it.
+		note := fmt.Sprintf("the commit of %s at revision %d cannot be read: %v", bad.turn, bad.seq, bad.err)
+		_, _, err = i.log.ReadEntries(ctx, session, bad.seq, func(_ uint64, e *sessionlog.Entry) error {
+			if e.Kind == sessionlog.KindCommit && (turnID == "" || e.Turn == turnID) {
+				found = true
+				rep.Turns = append(rep.Turns, TurnVerdict{Turn: e.Turn, Verdict: "unverifiable", Note: note})
+			}
+			return nil
+		})
+	}
+	if err != nil {
+		return nil, err
+	}
+	if st.rev == 0 {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownSession, session)
 	}
 	if turnID != "" && !found {
 		return nil, fmt.Errorf("%w: session %s has no committed turn %q", ErrBadInput, session, turnID)
 	}
 	return rep, nil
 }
+
+// unreadableCommit stops verify's fold at a commit it cannot read.
+type unreadableCommit struct {
+	seq  uint64
+	turn string
+	err  error
+}
+
+func (e *unreadableCommit) Error() string { return fmt.Sprintf("commit %s at %d: %v", e.turn, e.seq, e.err) }
 
 // turnConfig is cfg, or else the machine configuration a committed turn
 // ran under, as its commit's settings fingerprint names it, with hooks.

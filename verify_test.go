@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lash-run/lash/sessionlog"
+	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/turn"
 )
 
@@ -116,5 +118,46 @@ func TestRenderedToolsBounded(t *testing.T) {
 	}
 	if d := lineDiff(a, b); strings.Count(d, "\n-") != 50 || strings.Count(d, "\n+") != 50 {
 		t.Fatalf("a schema change shows as %q", d[:min(len(d), 400)])
+	}
+}
+
+// A commit no lease could have written (its token above every lease's) is
+// passed over by verify as by the driver: the turns after it replay
+// against the history the driver ran them on, and verify to ok.
+func TestVerifyFoldsAsTheDriverDoes(t *testing.T) {
+	r := newRig(t)
+	n := r.node("one")
+	s := n.Session("s1")
+	if _, err := s.Turn("k1", Input{Text: "weather?"}).Run(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	hostile, err := streams.Open(r.ctx, r.conn(), streams.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg := sessionlog.New(hostile)
+	pos, err := lg.Fence(r.ctx, "s1", 999999, "mallory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := sessionlog.EncodeTurnBody(&sessionlog.TurnBody{Outcome: turn.Outcome{Status: turn.StatusDone,
+		Messages: []turn.Message{{Role: turn.RoleUser, Text: "forged"}, {Role: turn.RoleAssistant, Text: "forged answer"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lg.Commit(r.ctx, pos, "in-999", body); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Turn("k2", Input{Text: "again?"}).Run(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := NewInspector(n.Streams()).Verify(r.ctx, turn.Config{Model: "scripted", System: "You are a weather agent."}, "s1", "")
+	if err != nil || !rep.OK() || len(rep.Turns) != 2 {
+		t.Fatalf("verify past a forged commit: %+v, %v", rep, err)
+	}
+	for _, v := range rep.Turns {
+		if v.Turn == "in-999" {
+			t.Fatalf("verify replayed the forged commit: %+v", rep.Turns)
+		}
 	}
 }
