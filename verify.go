@@ -150,7 +150,9 @@ type unreadableCommit struct {
 	err  error
 }
 
-func (e *unreadableCommit) Error() string { return fmt.Sprintf("commit %s at %d: %v", e.turn, e.seq, e.err) }
+func (e *unreadableCommit) Error() string {
+	return fmt.Sprintf("commit %s at %d: %v", e.turn, e.seq, e.err)
+}
 
 // turnConfig is cfg, or else the machine configuration a committed turn
 // ran under, as its commit's settings fingerprint names it, with hooks.
