@@ -36,16 +36,16 @@ func (n *Node) RunSweeps(ctx context.Context, every time.Duration, cfg lifecycle
 		case <-t.C:
 		}
 		swept, err := n.sweepOnce(ctx, cfg)
+		// Memory freed since (kept states of deleted sessions, the buffers
+		// of a burst) goes back to the system now, not when the runtime's
+		// scavenger gets to it: after a burst the node's footprint is back
+		// to what it runs on. Once a sweep, it costs a collection.
+		debug.FreeOSMemory()
 		switch {
 		case errors.Is(err, leases.ErrBusy):
 		case err != nil && ctx.Err() == nil:
 			n.opts.logger.Warn("sweep failed; the next one goes on", "err", err)
 		case swept != nil:
-			if swept.Sessions+swept.Processes+swept.Journals+swept.Objects > 0 {
-				// What the sweep freed here (states, caches) goes back to
-				// the system now, not when the runtime gets to it.
-				debug.FreeOSMemory()
-			}
 			n.opts.logger.Info("swept", "journals", swept.Journals, "steps", swept.Steps, "processes", swept.Processes,
 				"sessions", swept.Sessions, "occurrences", swept.Occurrences, "receipts", swept.Receipts, "waits", swept.Waits,
 				"marks", swept.Marks, "objects", swept.Objects, "object_bytes", swept.ObjectBytes)

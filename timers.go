@@ -130,7 +130,9 @@ func (n *Node) wakeDue(ctx context.Context) error {
 // message (ADR 0035): fired timers do not expire, so each is removed once
 // handled. A timer fired again on the same subject since stays.
 func (n *Node) settleTimer(ctx context.Context, dl *streams.Delivery) {
-	_ = dl.Ack()
+	if err := dl.AckSync(context.WithoutCancel(ctx)); err != nil {
+		return // comes back, and is settled then
+	}
 	if err := n.client.PurgeBefore(context.WithoutCancel(ctx), dl.Msg.Subject, dl.Msg.Seq+1); err != nil {
 		n.opts.logger.Warn("removing a fired timer; the sweep will", "subject", dl.Msg.Subject, "err", err)
 	}

@@ -238,6 +238,9 @@ func revokeGrants(ctx context.Context, c *streams.Client, id, writer string, gra
 	r := processes.New(c, writer)
 	for _, pid := range granted {
 		after, err := r.Revoke(ctx, pid, id)
+		if errors.Is(err, processes.ErrUnknown) {
+			continue // pruned since it was listed: nothing to revoke
+		}
 		if err != nil {
 			return fmt.Errorf("revoking the grant on process %s: %w", pid, err)
 		}

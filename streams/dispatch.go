@@ -39,6 +39,15 @@ func (d *Delivery) settle() {
 // Ack says the message's work is done.
 func (d *Delivery) Ack() error { d.settle(); return d.raw.Ack() }
 
+// AckSync is Ack that waits for the server to have taken it: a message
+// removed after it (Purge) is then no pending delivery of the consumer.
+func (d *Delivery) AckSync(ctx context.Context) error {
+	d.settle()
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	return d.raw.DoubleAck(ctx)
+}
+
 // Retry hands the message back, to be delivered again after delay.
 func (d *Delivery) Retry(delay time.Duration) error { d.settle(); return d.raw.NakWithDelay(delay) }
 
