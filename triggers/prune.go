@@ -40,10 +40,44 @@ func (t *Triggers) Prune(ctx context.Context, cutoff time.Time, registered func(
 	if err != nil {
 		return out, err
 	}
-	for _, o := range old {
-		ds, err := t.deliveriesOf(ctx, o)
+	// Every delivery, in one read: a read per occurrence would cost a
+	// consumer each.
+	byID := map[string]*Delivery{}
+	bad := map[string]bool{}
+	if len(old) > 0 {
+		err = t.s.Read(ctx, subj.AllTriggers("dlv"), 0, func(m *streams.Msg) error {
+			var d *Delivery
+			if cur, ok := byID[m.Subject]; ok {
+				d = cur
+			}
+			if err := foldDelivery(&d, m); err != nil {
+				bad[m.Subject] = true
+				return nil
+			}
+			byID[m.Subject] = d
+			return nil
+		})
 		if err != nil {
-			continue // an unreadable delivery is left for an operator
+			return out, err
+		}
+	}
+	for _, o := range old {
+		// A delivery no longer on the stream (an earlier prune cut short)
+		// is done with; an unreadable one is left for an operator.
+		var ds []*Delivery
+		readable := true
+		for _, id := range o.Deliveries {
+			s, err := subj.TriggerDelivery(id)
+			if err != nil || bad[s] {
+				readable = false
+				break
+			}
+			if d := byID[s]; d != nil {
+				ds = append(ds, d)
+			}
+		}
+		if !readable {
+			continue
 		}
 		done := true
 		for _, d := range ds {

@@ -514,3 +514,63 @@ func testUnstartable(t *testing.T, env conformance.Env) {
 		t.Fatalf("processes %v", ids)
 	}
 }
+
+// Prune removes an occurrence only once every delivery is done with, and
+// takes its deliveries and signal with it; receipts and deleted
+// subscriptions go once past the cutoff.
+func testPrune(t *testing.T, env conformance.Env) {
+	ctx := testCtx(t)
+	d := conformance.Open(t, env)
+	c := d.Client()
+	tr := triggers.New(c, "op")
+	kept := register(t, ctx, tr, host, "kept", spec("deploy", ">"))
+	gone := register(t, ctx, tr, host, "gone", spec("deploy", ">"))
+	if _, err := act(ctx, tr, triggers.ActDelete, gone.Subscription, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	m := signal(t, ctx, c, "deploy.7", "sig-7", `{}`)
+	r, procs := router(t, d.Reopen(t), "node-a", triggers.RouterConfig{})
+	o, ds, err := r.Deliver(ctx, m)
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("Deliver = %d deliveries, %v; want 1", len(ds), err)
+	}
+	running := map[string]bool{}
+	for _, id := range processIDs(t, ctx, procs) {
+		running[id] = true
+	}
+	registered := func(pid string) bool { return running[pid] }
+
+	// Before the cutoff nothing goes.
+	if p, err := tr.Prune(ctx, time.Now().Add(-time.Hour), registered); err != nil || p != (triggers.Pruned{}) {
+		t.Fatalf("prune before the cutoff = %+v, %v", p, err)
+	}
+	// A delivery whose process is still registered keeps its occurrence.
+	p, err := tr.Prune(ctx, time.Now().Add(time.Hour), registered)
+	if err != nil || p.Occurrences != 0 || p.Deliveries != 0 || p.Signals != 0 {
+		t.Fatalf("prune with a live process = %+v, %v", p, err)
+	}
+	if p.Receipts != 3 || p.Subscriptions != 1 {
+		t.Fatalf("prune removed %d receipts and %d subscriptions; want 3 and 1", p.Receipts, p.Subscriptions)
+	}
+	if _, err := tr.Get(ctx, kept.Subscription, nil); err != nil {
+		t.Fatalf("a live subscription went with the prune: %v", err)
+	}
+	// Its process gone, all of it goes.
+	clear(running)
+	p, err = tr.Prune(ctx, time.Now().Add(time.Hour), registered)
+	if err != nil || p.Occurrences != 1 || p.Deliveries != 1 || p.Signals != 1 {
+		t.Fatalf("prune after the process ended = %+v, %v", p, err)
+	}
+	if occs, err := tr.Occurrences(ctx, 0, 0); err != nil || len(occs) != 0 {
+		t.Fatalf("occurrences after prune = %d, %v", len(occs), err)
+	}
+	if _, err := tr.Occurrence(ctx, o.ID); err == nil {
+		t.Fatal("the pruned occurrence is still readable")
+	}
+	if _, err := c.NextOnSubject(ctx, m.Subject, m.Seq); err == nil {
+		t.Fatal("the delivered signal is still on the stream")
+	}
+	if p, err := tr.Prune(ctx, time.Now().Add(time.Hour), registered); err != nil || p != (triggers.Pruned{}) {
+		t.Fatalf("a second prune = %+v, %v", p, err)
+	}
+}

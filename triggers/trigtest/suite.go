@@ -47,6 +47,7 @@ var subtests = []struct {
 	{"router/sweep-finishes-reservations", testSweep},
 	{"router/agent-target", testAgentTarget},
 	{"router/unstartable-delivery-marked", testUnstartable},
+	{"prune/only-what-is-done", testPrune},
 }
 
 // Run runs the suite against env.
