@@ -24,11 +24,14 @@ import (
 // MaxStepBytes bounds a durable step's recorded result.
 const MaxStepBytes = 64 << 10
 
-// WithEventSecret sets the deployment's secret for event keys: every node
-// of a deployment needs the same one (at least 32 bytes). Without it,
+// WithSecret sets the deployment's secret, at least 32 bytes; every node
+// and operator of a deployment needs the same one. It signs the records the
+// node writes, so that records no node or operator wrote are set aside
+// (ADR 0036), and event keys (tools.EventKey). Without it the node signs
+// and checks nothing, refuses a deployment whose records are signed, and
 // tools.EventKey and tools.AwaitEvent fail.
-func WithEventSecret(secret []byte) Option {
-	return func(o *options) { o.eventSecret = append([]byte(nil), secret...) }
+func WithSecret(secret []byte) Option {
+	return func(o *options) { o.secret = append([]byte(nil), secret...) }
 }
 
 // durable is the node's tools.Durable.
@@ -70,7 +73,8 @@ func (d durable) Step(ctx context.Context, id string, fn func(context.Context) (
 	if err != nil {
 		return nil, fmt.Errorf("lash: step %q: %w", id, err)
 	}
-	if rec, err := n.stepAt(ctx, subj); err == nil || !errors.Is(err, streams.ErrNotFound) {
+	rec, at, err := n.stepAt(ctx, subj)
+	if err == nil || !errors.Is(err, streams.ErrNotFound) {
 		return rec, err
 	}
 	v, err := fn(ctx)
@@ -88,24 +92,28 @@ func (d durable) Step(ctx context.Context, id string, fn func(context.Context) (
 	if err != nil {
 		return nil, err
 	}
-	_, _, err = n.client.Append(ctx, streams.Publication{Subject: subj, Data: b}, 0)
+	_, _, err = n.client.Append(ctx, streams.Publication{Subject: subj, Data: b}, at)
 	var ce *streams.ConflictError
 	if errors.As(err, &ce) {
-		return n.stepAt(ctx, subj) // another attempt recorded it first: its result stands
+		rec, _, err := n.stepAt(ctx, subj) // another attempt recorded it first: its result stands
+		return rec, err
 	}
 	return value, err
 }
 
-func (n *Node) stepAt(ctx context.Context, subj string) (json.RawMessage, error) {
-	m, err := n.client.Head(ctx, subj)
+// stepAt reads the step recorded on subj, and the subject's last sequence:
+// a record no node wrote (ADR 0036) is passed over, and the step's own
+// lands after it.
+func (n *Node) stepAt(ctx context.Context, subj string) (json.RawMessage, uint64, error) {
+	m, at, err := n.client.SignedHead(ctx, subj)
 	if err != nil {
-		return nil, err
+		return nil, at, err
 	}
 	var rec stepRecord
 	if err := json.Unmarshal(m.Data, &rec); err != nil || rec.V != 1 {
-		return nil, fmt.Errorf("lash: unreadable step record on %s", subj)
+		return nil, at, fmt.Errorf("lash: unreadable step record on %s", subj)
 	}
-	return rec.Value, nil
+	return rec.Value, at, nil
 }
 
 // eventID names a call's event: public, since it goes in subjects.
@@ -115,10 +123,10 @@ func eventID(scope, call, name string) string {
 }
 
 func (n *Node) mac(parts ...string) (string, error) {
-	if len(n.opts.eventSecret) < 32 {
-		return "", errors.New("lash: no event secret (WithEventSecret, lash-node --event-secret-file)")
+	if len(n.opts.secret) < 32 {
+		return "", errors.New("lash: no deployment secret (WithSecret, lash-node --secret-file)")
 	}
-	h := hmac.New(sha256.New, n.opts.eventSecret)
+	h := hmac.New(sha256.New, n.opts.secret)
 	h.Write([]byte(strings.Join(parts, "\x00")))
 	return base64.RawURLEncoding.EncodeToString(h.Sum(nil)), nil
 }
@@ -210,7 +218,7 @@ func (n *Node) resolutionOf(ctx context.Context, id string) (*resolution, error)
 	if err != nil {
 		return nil, err
 	}
-	m, err := n.client.Head(ctx, subj)
+	m, _, err := n.client.SignedHead(ctx, subj)
 	if err != nil {
 		return nil, err
 	}
@@ -233,13 +241,28 @@ func (n *Node) resolve(ctx context.Context, id string, r resolution) (first bool
 	if err != nil {
 		return false, err
 	}
-	_, _, err = n.client.Append(ctx, streams.Publication{Subject: subj, Data: b}, 0)
-	var ce *streams.ConflictError
-	first = err == nil
-	if err != nil && !errors.As(err, &ce) {
+	// The first resolution stands; what no node wrote is passed over, and
+	// this one lands after it.
+	var at uint64
+	for try := 0; ; try++ {
+		_, _, err = n.client.Append(ctx, streams.Publication{Subject: subj, Data: b}, at)
+		var ce *streams.ConflictError
+		if !errors.As(err, &ce) {
+			break
+		}
+		var herr error
+		if _, at, herr = n.client.SignedHead(ctx, subj); herr == nil {
+			return false, n.wakeEvent(ctx, id)
+		} else if !errors.Is(herr, streams.ErrNotFound) {
+			return false, herr
+		} else if try == 2 {
+			return false, err // unsigned records kept landing first
+		}
+	}
+	if err != nil {
 		return false, err
 	}
-	return first, n.wakeEvent(ctx, id)
+	return true, n.wakeEvent(ctx, id)
 }
 
 type eventWait struct {
@@ -255,7 +278,7 @@ func (n *Node) wakeEvent(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	m, err := n.client.Head(ctx, subj)
+	m, _, err := n.client.SignedHead(ctx, subj)
 	if errors.Is(err, streams.ErrNotFound) {
 		return nil // resolved before anyone waits: AwaitEvent finds it
 	}

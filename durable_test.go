@@ -101,7 +101,7 @@ func eventTools(t testing.TB, charges string, after func()) *tools.Registry {
 // eventNode serves and wakes with the event tools.
 func eventNode(t *testing.T, r *rig, id string, extra ...Option) *Node {
 	t.Helper()
-	opts := append([]Option{WithTools(eventTools(t, filepath.Join(t.TempDir(), "charges"), nil)), WithProjection(t.TempDir()), WithEventSecret(testSecret)}, extra...)
+	opts := append([]Option{WithTools(eventTools(t, filepath.Join(t.TempDir(), "charges"), nil)), WithProjection(t.TempDir()), WithSecret(testSecret)}, extra...)
 	n := r.node(id, opts...)
 	ctx, cancel := context.WithCancel(r.ctx)
 	done := make(chan struct{}, 2)
@@ -333,7 +333,7 @@ func TestStepThenDie(t *testing.T) {
 	}
 	r := childRig(t, eventScript)
 	die := func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL) }
-	n := r.node("dying", WithTools(eventTools(t, os.Getenv("LASH_TEST_CHARGES"), die)), WithEventSecret(testSecret))
+	n := r.node("dying", WithTools(eventTools(t, os.Getenv("LASH_TEST_CHARGES"), die)), WithSecret(testSecret))
 	n.Session("card").Run(r.ctx) // killed inside the tool
 }
 
@@ -364,7 +364,7 @@ func TestDurableStepAcrossSIGKILL(t *testing.T) {
 	if b, _ := os.ReadFile(charges); strings.Count(string(b), "charged") != 1 {
 		t.Fatalf("the killed node did not run the step once: %q\n%s", b, out.String())
 	}
-	n := r.node("second", WithTools(eventTools(t, charges, nil)), WithEventSecret(testSecret))
+	n := r.node("second", WithTools(eventTools(t, charges, nil)), WithSecret(testSecret))
 	res, err := n.Session("card").Run(r.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -423,7 +423,7 @@ func twoEventsNode(t *testing.T, firstWithin time.Duration) (*rig, *Node) {
 	if err := reg.Register(two); err != nil {
 		t.Fatal(err)
 	}
-	n := r.node("a", WithTools(reg), WithProjection(t.TempDir()), WithEventSecret(testSecret))
+	n := r.node("a", WithTools(reg), WithProjection(t.TempDir()), WithSecret(testSecret))
 	ctx, cancel := context.WithCancel(r.ctx)
 	done := make(chan struct{}, 2)
 	go func() { n.Serve(ctx); done <- struct{}{} }()

@@ -73,13 +73,23 @@ type TurnSummary struct {
 	// ran; Failed is set on a turn committed as failed.
 	Settings string `json:"settings,omitempty"`
 	Failed   bool   `json:"failed,omitempty"`
+	// SetAside, on a commit with Status TurnSetAside, says why no run of
+	// the session could have written it: it is no turn of the session.
+	SetAside string `json:"set_aside,omitempty"`
 }
+
+// TurnSetAside is the status of a commit no run could have written
+// (TurnSummary.SetAside).
+const TurnSetAside = "set_aside"
 
 // logEntry is one readable entry of a session log with its stream time.
 type logEntry struct {
 	seq   uint64
 	at    time.Time
 	entry *sessionlog.Entry
+	// setAside says why no lease could have written the entry (ADR 0027,
+	// 0036): it is shown as such and folded by no one.
+	setAside string
 }
 
 // readLog reads a session's log; entries that cannot be read are passed
@@ -92,9 +102,18 @@ func (i *Inspector) readLog(ctx context.Context, session string) ([]logEntry, er
 	var out []logEntry
 	err = i.c.Read(ctx, subj, 0, func(m *streams.Msg) error {
 		e, err := sessionlog.DecodeEntry(m.Data)
-		if err == nil {
-			out = append(out, logEntry{seq: m.Seq, at: m.Time, entry: e})
+		if err != nil {
+			return nil // not an entry: nothing to show
 		}
+		le := logEntry{seq: m.Seq, at: m.Time, entry: e}
+		if err := i.c.Verify(m); err != nil {
+			le.setAside = "not signed by the deployment"
+		} else if ok, err := i.ceiling.plausible(ctx, e.Token); err != nil {
+			return err
+		} else if !ok {
+			le.setAside = "its fencing token is above every lease's"
+		}
+		out = append(out, le)
 		return nil
 	})
 	if err == nil && len(out) == 0 {
@@ -131,6 +150,13 @@ func (i *Inspector) Turns(ctx context.Context, session string) ([]TurnSummary, e
 	var out []TurnSummary
 	for _, le := range entries {
 		e := le.entry
+		switch {
+		case le.setAside != "" && e.Kind == sessionlog.KindCommit:
+			out = append(out, TurnSummary{Turn: e.Turn, Seq: le.seq, Status: TurnSetAside, SetAside: le.setAside, Committed: le.at})
+			continue
+		case le.setAside != "":
+			continue
+		}
 		switch e.Kind {
 		case sessionlog.KindFence:
 			holders[e.Token] = e.Owner
@@ -219,6 +245,9 @@ func (i *Inspector) Journal(ctx context.Context, session, turnID string) ([]Jour
 	holders := map[uint64]string{}
 	committer := ""
 	for _, le := range entries {
+		if le.setAside != "" {
+			continue
+		}
 		switch le.entry.Kind {
 		case sessionlog.KindFence:
 			holders[le.entry.Token] = le.entry.Owner

@@ -83,7 +83,7 @@ func TestSweepKeepsWhatIsLive(t *testing.T) {
 	charges := filepath.Join(t.TempDir(), "charges")
 	reg := settleTools(t, charges)
 	start := func(id string) (*Node, func()) {
-		n := r.node(id, WithTools(reg), WithProjection(t.TempDir()), WithEventSecret(testSecret))
+		n := r.node(id, WithTools(reg), WithProjection(t.TempDir()), WithSecret(testSecret))
 		ctx, cancel := context.WithCancel(r.ctx)
 		done := make(chan struct{}, 2)
 		go func() { n.Serve(ctx); done <- struct{}{} }()

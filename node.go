@@ -61,8 +61,8 @@ type options struct {
 	settingsLabel string
 	// router adjusts the trigger router's settings (tests).
 	router func(*triggers.RouterConfig)
-	// eventSecret signs event keys and tickets (WithEventSecret).
-	eventSecret []byte
+	// secret signs records, event keys and tickets (WithSecret).
+	secret []byte
 	// agents bounds each tree of sub-agents (WithAgentBudget).
 	agents *processes.Budget
 	// hold, if set, is called as a signal or a fired timer is taken, before
@@ -231,6 +231,10 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 		return nil, err
 	}
 	n.client = c
+	if err := sign(ctx, c, o.secret); err != nil {
+		n.closeConn()
+		return nil, err
+	}
 	n.ceiling = &ceiling{c: c}
 	if err := streams.CheckID(o.nodeID); err != nil {
 		n.closeConn()
@@ -439,4 +443,24 @@ func (n *Node) turnAttempts() int {
 		return n.opts.turnAttempts
 	}
 	return DefaultTurnAttempts
+}
+
+// sign makes c sign and check records with the deployment's secret. A node
+// without one refuses a deployment whose records are signed: what it
+// wrote would be set aside by every other node.
+func sign(ctx context.Context, c *streams.Client, secret []byte) error {
+	if len(secret) > 0 {
+		if err := c.Sign(ctx, secret); err != nil {
+			return fmt.Errorf("lash: %w", err)
+		}
+		return nil
+	}
+	signed, err := c.Signed(ctx)
+	if err != nil {
+		return fmt.Errorf("lash: reading the deployment's signing stamp: %w", err)
+	}
+	if signed {
+		return fmt.Errorf("lash: %w: this deployment signs its records and this node has no secret (WithSecret, lash-node --secret-file)", streams.ErrSecretMismatch)
+	}
+	return nil
 }

@@ -22,7 +22,7 @@ func OpenProjection(dir string, c *streams.Client) (*projector.Projector, error)
 		defer cancel()
 		return log.Body(ctx, session, e)
 	}
-	p, err := projector.Open(dir, c, projector.Config{Stream: streams.Sessions, Filter: prefix + ".sess.>",
+	p, err := projector.Open(dir, c, projector.Config{Stream: streams.Sessions, Filter: prefix + ".sess.>", Verify: c.Verify,
 		Folds: []projector.Fold{projector.NewSessions(prefix, projector.WithInputCheck(CheckInput), projector.WithBodies(bodies))}})
 	if err != nil {
 		return nil, err
@@ -50,7 +50,7 @@ func rebuildIfStale(p *projector.Projector, c *streams.Client, s streams.Stream)
 // OpenProcessProjection opens the read model of the deployment's
 // processes in dir (projector.Processes).
 func OpenProcessProjection(dir string, c *streams.Client) (*projector.Projector, error) {
-	p, err := projector.Open(dir, c, projector.Config{Stream: streams.Processes, Filter: c.Subjects().AllProcesses(),
+	p, err := projector.Open(dir, c, projector.Config{Stream: streams.Processes, Filter: c.Subjects().AllProcesses(), Verify: c.Verify,
 		Folds: []projector.Fold{projector.NewProcesses(c.Subjects())}})
 	if err != nil {
 		return nil, err
@@ -69,10 +69,12 @@ func CheckInput(data []byte, decision bool) error {
 // OpenSignalProjection opens the read model of the deployment's signals in
 // dir: the last signal on each subject. Signals that fail CheckSignal, or
 // whose subject is over its bound (triggers.MaxSourceBytes), are set aside
-// in its quarantine.
+// in its quarantine, and so are trigger records the deployment did not
+// sign (streams.Client.Verify), which it reads for that alone.
 func OpenSignalProjection(dir string, c *streams.Client) (*projector.Projector, error) {
-	return projector.Open(dir, c, projector.Config{Stream: streams.Triggers, Filter: c.Subjects().Signals(),
-		Folds: []projector.Fold{signalFold{c.Subjects()}}})
+	prefix := c.Config().Prefix
+	return projector.Open(dir, c, projector.Config{Stream: streams.Triggers, Filter: c.Subjects().Signals(), More: []string{prefix + ".trig.>"},
+		Verify: c.Verify, Folds: []projector.Fold{signalFold{c.Subjects()}}})
 }
 
 // signalFold keeps the last good signal's sequence per subject.
@@ -81,6 +83,9 @@ type signalFold struct{ subj streams.Subjects }
 func (signalFold) Name() string { return "signals" }
 
 func (f signalFold) Apply(tx *projector.Txn, m *streams.Msg) error {
+	if _, ok := f.subj.SignalRest(m.Subject); !ok {
+		return nil // a trigger record: only checked (Config.Verify)
+	}
 	if err := checkSignalAt(f.subj, m); err != nil {
 		return fmt.Errorf("%w: %v", projector.ErrPoison, err)
 	}

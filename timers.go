@@ -147,6 +147,11 @@ func (n *Node) due(ctx context.Context, m *streams.Msg) (again bool, err error) 
 		n.opts.logger.Warn("fired timer passed over", "subject", m.Subject, "err", err)
 		return false, nil
 	}
+	if err := n.client.Verify(m); err != nil {
+		n.opts.logger.Error("fired timer set aside", "subject", m.Subject, "seq", m.Seq, "err", err)
+		n.observe(Event{Kind: EventInputRefused, Session: session, Err: err})
+		return false, nil
+	}
 	if kind == triggers.TimerKind {
 		return false, n.tick(ctx, session, m)
 	}

@@ -53,6 +53,32 @@ func binary(t testing.TB, name string) string {
 	return filepath.Join(bin.dir, name)
 }
 
+// secrets holds a deployment secret per top-level test, by name: the
+// nodes and lash-admin runs of a test are of its deployments, and an
+// operator gives them all the same secret.
+var secrets sync.Map
+
+// baseEnv is the environment of the commands a test runs: only the NATS
+// server the test names (no NATS_URL), and the test's deployment secret
+// (LASH_SECRET_FILE; a --secret-file flag wins over it).
+func baseEnv(t testing.TB) []string {
+	t.Helper()
+	name, _, _ := strings.Cut(t.Name(), "/")
+	f, ok := secrets.Load(name)
+	if !ok {
+		now := time.Now().UnixNano()
+		path := filepath.Join(binary(t, "secrets"), fmt.Sprintf("%s-%d", strings.NewReplacer("/", "_", " ", "_").Replace(name), now))
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(fmt.Sprintf("%064x", now)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		f, _ = secrets.LoadOrStore(name, path)
+	}
+	return append(os.Environ(), "NATS_URL=", "LASH_SECRET_FILE="+f.(string))
+}
+
 func TestMain(m *testing.M) {
 	if pid := os.Getenv(silentRunnerEnv); pid != "" {
 		os.Exit(silentRunner(os.Getenv("LASH_E2E_NATS"), pid))
@@ -91,7 +117,7 @@ func startEnv(t testing.TB, name string, env []string, command string, args ...s
 func startCmd(t testing.TB, name string, env []string, cmd *exec.Cmd) *proc {
 	t.Helper()
 	p := &proc{t: t, name: name, cmd: cmd, done: make(chan struct{})}
-	p.cmd.Env = append(append(os.Environ(), "NATS_URL="), env...) // only what the test says
+	p.cmd.Env = append(baseEnv(t), env...)
 	r, w := io.Pipe()
 	p.cmd.Stdout, p.cmd.Stderr = w, w
 	if err := p.cmd.Start(); err != nil {
@@ -177,7 +203,7 @@ func (p *proc) signal(sig syscall.Signal, d time.Duration) int {
 func run(t testing.TB, command string, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := exec.Command(binary(t, command), args...)
-	cmd.Env = append(os.Environ(), "NATS_URL=")
+	cmd.Env = baseEnv(t)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -263,6 +264,14 @@ func silentRunner(url, pid string) int {
 	ctx := context.Background()
 	c, err := streams.Open(ctx, nc, streams.Config{})
 	if err != nil {
+		return fail(err)
+	}
+	// A node of the deployment: it signs with the deployment's secret.
+	secret, err := os.ReadFile(os.Getenv("LASH_SECRET_FILE"))
+	if err != nil {
+		return fail(err)
+	}
+	if err := c.Sign(ctx, bytes.TrimSpace(secret)); err != nil {
 		return fail(err)
 	}
 	m := leases.New(c, leases.LocalOwner("silent-node"))

@@ -51,6 +51,8 @@ type Store interface {
 	Read(ctx context.Context, filter string, from uint64, fn func(*streams.Msg) error) error
 	Purge(ctx context.Context, filter string) error
 	Subjects() streams.Subjects
+	// Verify vouches for a record (streams.Client.Verify).
+	Verify(m *streams.Msg) error
 }
 
 // Journal records and replays effect outcomes.
@@ -178,7 +180,7 @@ func (j *Journal) first(ctx context.Context, subj string, key turn.ReplayKey, ha
 	if err != nil {
 		return nil, err
 	}
-	rec, err := decode(m.Data, m.Seq)
+	rec, err := j.decode(m)
 	if err != nil {
 		return nil, err
 	}
@@ -186,6 +188,15 @@ func (j *Journal) first(ctx context.Context, subj string, key turn.ReplayKey, ha
 		return nil, &NondeterminismError{Key: key, Recorded: rec.Hash, Current: hash}
 	}
 	return rec, j.resolve(ctx, rec)
+}
+
+// decode reads the record in m: one the deployment did not sign (when it
+// signs, ADR 0036) is malformed, written by no run.
+func (j *Journal) decode(m *streams.Msg) (*Record, error) {
+	if err := j.s.Verify(m); err != nil {
+		return nil, fmt.Errorf("%w: record %d: %v", ErrMalformed, m.Seq, err)
+	}
+	return decode(m.Data, m.Seq)
 }
 
 // resolve reads the data of an outcome kept by reference.
@@ -212,7 +223,7 @@ func (j *Journal) Load(ctx context.Context, session, turnID string) ([]*Record, 
 	}
 	var out []*Record
 	err = j.s.Read(ctx, filter, 0, func(m *streams.Msg) error {
-		rec, err := decode(m.Data, m.Seq)
+		rec, err := j.decode(m)
 		if err != nil {
 			return err
 		}
@@ -315,7 +326,7 @@ func (j *Journal) InDoubt(ctx context.Context, key turn.ReplayKey) (bool, error)
 	if err != nil {
 		return false, err
 	}
-	rec, err := decode(m.Data, m.Seq)
+	rec, err := j.decode(m)
 	if err != nil {
 		return false, err
 	}
@@ -331,7 +342,7 @@ func (j *Journal) Drop(ctx context.Context, records, purge string) (objects int,
 	if j.blobs != nil {
 		var refs []*Record
 		err = j.s.Read(ctx, records, 0, func(m *streams.Msg) error {
-			if rec, err := decode(m.Data, m.Seq); err == nil && rec.Ref != nil {
+			if rec, err := j.decode(m); err == nil && rec.Ref != nil {
 				refs = append(refs, rec)
 			}
 			return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -304,6 +305,9 @@ func (m *Manager) List(ctx context.Context, prefix string) ([]Holder, error) {
 	}
 	out := make([]Holder, 0, len(entries))
 	for _, e := range entries {
+		if notLease(e.Key) {
+			continue
+		}
 		h, err := holder(e)
 		if err != nil {
 			return nil, err
@@ -325,6 +329,13 @@ func (m *Manager) Get(ctx context.Context, key string) (*Holder, error) {
 	}
 	h, err := holder(*e)
 	return &h, err
+}
+
+// notLease tells the bucket's keys that hold no lease: the sweep's
+// watermarks (lifecycle.marks.*) and the deployment's signing stamp
+// (deployment.signing).
+func notLease(key string) bool {
+	return strings.HasPrefix(key, "lifecycle.") || strings.HasPrefix(key, "deployment.")
 }
 
 func holder(e streams.KVEntry) (Holder, error) {

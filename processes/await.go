@@ -41,9 +41,12 @@ func (r *Registry) Await(ctx context.Context, id string) (*Process, error) {
 			}
 			return nil // an earlier process of the same id
 		}
-		e, err := Decode(m.Data, m.Seq)
+		e, signed, err := signedEvent(r.s, m)
 		if err != nil {
 			return fmt.Errorf("process %s: %w", clip(id), err)
+		}
+		if !signed {
+			return nil
 		}
 		if err := p.apply(e); err != nil {
 			return err

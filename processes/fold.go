@@ -141,6 +141,9 @@ func (p *Process) Apply(e Event) error { return p.apply(e) }
 
 // apply adds a stored event. Writers check events before they append
 // them; apply only refuses a log that cannot have been written that way.
+// passOver moves the fold's head past a message that is no one's event.
+func (p *Process) passOver(seq uint64) { p.Head = max(p.Head, seq) }
+
 func (p *Process) apply(e Event) error {
 	corrupt := func(format string, a ...any) error {
 		return fmt.Errorf("%w: process %s, event %d: %s", ErrCorrupt, p.ID, e.N, fmt.Sprintf(format, a...))

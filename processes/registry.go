@@ -21,6 +21,8 @@ type Store interface {
 	Tail(ctx context.Context, s streams.Stream, filters []string, from uint64, fn func(m *streams.Msg, pending uint64) error) error
 	Purge(ctx context.Context, filter string) error
 	Publish(ctx context.Context, p streams.Publication) (seq uint64, duplicate bool, err error)
+	// Verify vouches for a record (streams.Client.Verify).
+	Verify(m *streams.Msg) error
 }
 
 // appendTries bounds how often one append re-reads and tries again after
@@ -116,11 +118,11 @@ func (r *Registry) Events(ctx context.Context, id string, after uint64) ([]Event
 	}
 	var evs []Event
 	err = r.s.Read(ctx, subj, 1, func(m *streams.Msg) error {
-		e, err := Decode(m.Data, m.Seq)
+		e, signed, err := signedEvent(r.s, m)
 		if err != nil {
 			return fmt.Errorf("process %s: %w", clip(id), err)
 		}
-		if e.N > after {
+		if signed && e.N > after {
 			evs = append(evs, e)
 		}
 		return nil
@@ -150,7 +152,10 @@ func (r *Registry) List(ctx context.Context) (ps []*Process, unreadable map[stri
 		if _, bad := unreadable[id]; bad {
 			return nil
 		}
-		e, err := Decode(m.Data, m.Seq)
+		e, signed, err := signedEvent(r.s, m)
+		if !signed {
+			return nil
+		}
 		p := byID[id]
 		if err == nil && p == nil {
 			p = &Process{ID: id}
@@ -243,9 +248,13 @@ func (r *Registry) catchUp(ctx context.Context, p *Process) error {
 		return err
 	}
 	return r.s.Read(ctx, subj, p.Head+1, func(m *streams.Msg) error {
-		e, err := Decode(m.Data, m.Seq)
+		e, signed, err := signedEvent(r.s, m)
 		if err != nil {
 			return fmt.Errorf("process %s: %w", clip(p.ID), err)
+		}
+		if !signed {
+			p.passOver(m.Seq)
+			return nil
 		}
 		return p.apply(e)
 	})
@@ -311,6 +320,17 @@ func (r *Registry) appendWith(ctx context.Context, id string, p *Process, build 
 		}
 	}
 	return nil, false, fmt.Errorf("process %s: append: the log kept moving under %d tries", clip(id), appendTries)
+}
+
+// signedEvent decodes the event in m. A message the deployment did not sign
+// (ADR 0036) is no one's event: signed is false, and folds pass it over (a
+// compare-and-set still lands after it).
+func signedEvent(s Store, m *streams.Msg) (e Event, signed bool, err error) {
+	if s.Verify(m) != nil {
+		return Event{}, false, nil
+	}
+	e, err = Decode(m.Data, m.Seq)
+	return e, true, err
 }
 
 // keyed returns the stored event with key.

@@ -225,10 +225,17 @@ func (w *Worker) apply(m *streams.Msg) (ended *Process, live bool) {
 		w.cfg.Logger.Warn("a message on no process's subject", "subject", m.Subject, "seq", m.Seq)
 		return nil, false
 	}
-	e, err := Decode(m.Data, m.Seq)
+	e, signed, err := signedEvent(w.cfg.Store, m)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	p := w.open[pid]
+	if !signed {
+		w.cfg.Logger.Error("process event set aside: not signed by the deployment", "process", pid, "seq", m.Seq)
+		if p != nil {
+			p.passOver(m.Seq)
+		}
+		return nil, false
+	}
 	if err == nil && e.Type == TypeRegistered {
 		p = &Process{ID: pid}
 	}

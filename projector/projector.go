@@ -58,18 +58,27 @@ type Versioned interface {
 // Source is what the projector reads from.
 type Source interface {
 	Tail(ctx context.Context, s streams.Stream, filters []string, from uint64, fn func(*streams.Msg, uint64) error) error
-	Read(ctx context.Context, filter string, from uint64, fn func(*streams.Msg) error) error
+	ReadSubjects(ctx context.Context, filters []string, from uint64, fn func(*streams.Msg) error) error
 }
 
 // Config says what to fold.
 type Config struct {
 	Stream streams.Stream
-	// Filter selects the stream's subjects to fold.
+	// Filter selects the stream's subjects to fold; More adds filters.
 	Filter string
+	More   []string
 	Folds  []Fold
 	// BatchSize caps the messages applied in one Pebble batch. Default 1024.
 	BatchSize int
+	// Verify, if set, vouches for each message before any fold sees it
+	// (streams.Client.Verify): one it refuses is set aside in the
+	// quarantine under the fold name "signature" and folded by none.
+	Verify func(*streams.Msg) error
 }
+
+// SignatureFold names the quarantine entries of messages Config.Verify
+// refused.
+const SignatureFold = "signature"
 
 // Keys outside the folds' own space.
 var (
@@ -270,6 +279,7 @@ type item struct {
 	m       *streams.Msg
 	preps   []any
 	pending uint64
+	refused error // by Config.Verify
 }
 
 // run folds from the cursor on: tailing for as long as ctx lives, or up to
@@ -288,7 +298,13 @@ func (p *Projector) run(ctx context.Context, tail bool) error {
 
 	send := func(m *streams.Msg, pending uint64) error {
 		it := item{m: m, pending: pending}
+		if p.cfg.Verify != nil {
+			it.refused = p.cfg.Verify(m)
+		}
 		for i, f := range p.cfg.Folds {
+			if it.refused != nil {
+				break
+			}
 			if pr, ok := f.(Preparer); ok {
 				if it.preps == nil {
 					it.preps = make([]any, len(p.cfg.Folds))
@@ -305,9 +321,9 @@ func (p *Projector) run(ctx context.Context, tail bool) error {
 	}
 	var err error
 	if tail {
-		err = p.src.Tail(ctx, p.cfg.Stream, []string{p.cfg.Filter}, from, send)
+		err = p.src.Tail(ctx, p.cfg.Stream, p.filters(), from, send)
 	} else {
-		err = p.src.Read(ctx, p.cfg.Filter, from, func(m *streams.Msg) error { return send(m, 1) })
+		err = p.src.ReadSubjects(ctx, p.filters(), from, func(m *streams.Msg) error { return send(m, 1) })
 	}
 	close(items)
 	if aerr := <-applied; aerr != nil {
@@ -412,6 +428,8 @@ func (p *Projector) applyAll(items <-chan item, tail bool, cancel func()) (err e
 	return flush()
 }
 
+func (p *Projector) filters() []string { return append([]string{p.cfg.Filter}, p.cfg.More...) }
+
 func (p *Projector) advance(seq uint64) {
 	p.applied.Store(seq)
 	p.mu.Lock()
@@ -422,6 +440,9 @@ func (p *Projector) advance(seq uint64) {
 
 // apply runs every fold on an item; a poisoned message is set aside.
 func (p *Projector) apply(tx *Txn, it item) error {
+	if it.refused != nil {
+		return quarantine(tx, it.m, SignatureFold, it.refused)
+	}
 	for i, f := range p.cfg.Folds {
 		tx.fold = f.Name()
 		var err error

@@ -270,7 +270,7 @@ func (f *Sessions) ApplyPrepared(tx *Txn, m *streams.Msg, prep any) error {
 			head.Fence = p.entry.Token
 			for _, seq := range p.entry.SetAside {
 				if err := setAside(tx, &Poison{Seq: seq, Subject: f.prefix + ".sess." + p.tok + ".ev", Fold: SessionsFold,
-					Reason: "passed over by the node that fenced at " + strconv.FormatUint(m.Seq, 10) + ": its fencing token is above every lease's"}); err != nil {
+					Reason: "passed over by the node that fenced at " + strconv.FormatUint(m.Seq, 10) + ": no lease could have written it (its fencing token is above every lease's, or it is not signed by the deployment)"}); err != nil {
 					return err
 				}
 			}

@@ -64,6 +64,8 @@ type Store interface {
 	ReadSubjects(ctx context.Context, filters []string, from uint64, fn func(*streams.Msg) error) error
 	PurgeBefore(ctx context.Context, subject string, seq uint64) error
 	Subjects() streams.Subjects
+	// Verify vouches for a record (streams.Client.Verify).
+	Verify(m *streams.Msg) error
 }
 
 // Log reads and writes session logs.
@@ -136,7 +138,7 @@ func (l *Log) Head(ctx context.Context, session string) (Head, error) {
 	if err != nil {
 		return Head{}, err
 	}
-	e, err := decodeEntry(m.Data)
+	e, err := l.decode(m)
 	if err != nil {
 		return Head{}, fmt.Errorf("session %s revision %d: %w", session, m.Seq, err)
 	}
@@ -253,12 +255,21 @@ func (l *Log) lastReadable(ctx context.Context, subj string) (Head, error) {
 	var h Head
 	err := l.s.Read(ctx, subj, 0, func(m *streams.Msg) error {
 		h.Seq = m.Seq
-		if e, err := decodeEntry(m.Data); err == nil && (h.Entry == nil || e.Token >= h.Entry.Token) {
+		if e, err := l.decode(m); err == nil && (h.Entry == nil || e.Token >= h.Entry.Token) {
 			h.Entry = e
 		}
 		return nil
 	})
 	return h, err
+}
+
+// decode reads the entry in m: one the deployment did not sign (when it
+// signs, ADR 0036) is malformed too, as nothing a node wrote.
+func (l *Log) decode(m *streams.Msg) (*Entry, error) {
+	if err := l.s.Verify(m); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	return decodeEntry(m.Data)
 }
 
 // msgID scopes a msg id to one session's subject: JetStream dedupes msg
@@ -332,7 +343,7 @@ func (l *Log) write(ctx context.Context, pos Position, kind Kind, turn string, b
 		}
 		return Position{}, rerr
 	}
-	have, derr := decodeEntry(next.Data)
+	have, derr := l.decode(next)
 	switch {
 	case derr != nil:
 		return Position{}, fmt.Errorf("session %s revision %d: %w", session, next.Seq, derr)
@@ -352,7 +363,7 @@ func (l *Log) sameCommit(ctx context.Context, session, subj string, seq uint64, 
 	if err != nil {
 		return err
 	}
-	have, err := decodeEntry(m.Data)
+	have, err := l.decode(m)
 	if err != nil {
 		return fmt.Errorf("session %s revision %d: %w", session, m.Seq, err)
 	}
@@ -373,7 +384,7 @@ func (l *Log) Read(ctx context.Context, session string, from uint64, fn func(seq
 		return fmt.Errorf("%w: %v", ErrInvalid, err)
 	}
 	return l.s.Read(ctx, subj, from, func(m *streams.Msg) error {
-		e, err := decodeEntry(m.Data)
+		e, err := l.decode(m)
 		if err != nil {
 			return fmt.Errorf("session %s revision %d: %w", session, m.Seq, err)
 		}
@@ -392,7 +403,7 @@ func (l *Log) ReadEntries(ctx context.Context, session string, from uint64, fn f
 	}
 	err = l.s.Read(ctx, subj, from, func(m *streams.Msg) error {
 		last = m.Seq
-		e, derr := decodeEntry(m.Data)
+		e, derr := l.decode(m)
 		if derr != nil {
 			skipped++
 			return nil
@@ -414,7 +425,7 @@ func (l *Log) FindCommit(ctx context.Context, session, turn string, from uint64)
 	var found *Entry
 	errFound := errors.New("found")
 	err = l.s.Read(ctx, subj, from, func(m *streams.Msg) error {
-		e, err := decodeEntry(m.Data)
+		e, err := l.decode(m)
 		if err == nil && e.Kind == KindCommit && e.Turn == turn {
 			seq, found = m.Seq, e
 			return errFound

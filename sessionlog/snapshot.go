@@ -106,6 +106,9 @@ func (l *Log) LastSnapshot(ctx context.Context, session string) (Snapshot, error
 	if err != nil {
 		return Snapshot{}, err
 	}
+	if err := l.s.Verify(msg); err != nil {
+		return Snapshot{}, fmt.Errorf("%w: snapshot at %d: %v", ErrMalformed, msg.Seq, err)
+	}
 	var m snapshotMsg
 	if err := msgpack.Unmarshal(msg.Data, &m); err != nil || m.Rev == 0 {
 		return Snapshot{}, fmt.Errorf("%w: snapshot at %d: %v", ErrMalformed, msg.Seq, err)

@@ -65,7 +65,10 @@ func (c *Client) AppendBatch(ctx context.Context, entries []BatchEntry) ([]uint6
 	id := ulid.Make().String()
 	var reply *nats.Msg
 	for i, e := range entries {
-		m := c.msg(e.Publication)
+		m, err := c.msg(e.Publication)
+		if err != nil {
+			return nil, err
+		}
 		m.Header.Set(hdrBatchID, id)
 		m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
 		if e.MsgID != "" {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,6 +32,9 @@ type Client struct {
 	blobs       jetstream.ObjectStore
 	blobStream  jetstream.Stream
 	subj        Subjects
+	// signer, once Sign ran, signs and checks records.
+	signer atomic.Pointer[signKey]
+	refuse atomic.Pointer[error]
 }
 
 // Open returns a client for the deployment described by cfg and runs
@@ -96,31 +100,34 @@ func (c *Client) stream(ctx context.Context, s Stream) (jetstream.Stream, error)
 	return st, nil
 }
 
+// streamIndex names the stream of the deployment that captures subject.
+func (c *Client) streamIndex(subject string) (Stream, bool) {
+	rest, ok := strings.CutPrefix(subject, c.cfg.Prefix+".")
+	if !ok {
+		return 0, false
+	}
+	kind, _, _ := strings.Cut(rest, ".")
+	switch kind {
+	case "sess":
+		return Sessions, true
+	case "fx":
+		return Effects, true
+	case "proc":
+		return Processes, true
+	case "signal", "trig":
+		return Triggers, true
+	case "timer":
+		return Timers, true
+	case "live":
+		return Live, true
+	}
+	return 0, false
+}
+
 // streamOf maps a subject to the stream that captures it.
 func (c *Client) streamOf(subject string) (jetstream.Stream, error) {
-	rest, ok := strings.CutPrefix(subject, c.cfg.Prefix+".")
-	if ok {
-		kind, _, _ := strings.Cut(rest, ".")
-		s, found := Sessions, true
-		switch kind {
-		case "sess":
-			s = Sessions
-		case "fx":
-			s = Effects
-		case "proc":
-			s = Processes
-		case "signal", "trig":
-			s = Triggers
-		case "timer":
-			s = Timers
-		case "live":
-			s = Live
-		default:
-			found = false
-		}
-		if found {
-			return c.stream(context.Background(), s)
-		}
+	if s, ok := c.streamIndex(subject); ok {
+		return c.stream(context.Background(), s)
 	}
 	if strings.HasPrefix(subject, "$O."+c.cfg.blobBucket()+".") {
 		return c.blobStream, nil

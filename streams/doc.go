@@ -37,6 +37,11 @@
 // month, or a fired timer no node took for a week, must stay. What becomes
 // garbage is removed by package lifecycle (ADR 0035).
 //
+// A client given the deployment's secret (Sign) signs what it writes on
+// subjects of durable truth (Subjects.Truth) with a Lash-Sig header, and
+// Verify tells those records from anything else published there (ADR
+// 0036).
+//
 // Ensure (run by Open) creates what is missing and compares what exists
 // with what this build expects; a difference is refused with a
 // *SchemaError (ErrSchemaMismatch) and nothing is changed, with two

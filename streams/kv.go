@@ -21,13 +21,17 @@ type KVEntry struct {
 }
 
 // KVCreate stores value under key only if the key holds no live value, with
-// a per-key TTL (whole seconds, at least one). The revision it returns is a
+// a per-key TTL (whole seconds, at least one; 0 for none). The revision it returns is a
 // stream sequence: a later create of the same key always gets a larger one.
 // A live key returns a *ConflictError.
 func (c *Client) KVCreate(ctx context.Context, key string, value []byte, ttl time.Duration) (uint64, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	rev, err := c.leases.Create(ctx, key, value, jetstream.KeyTTL(ttl))
+	var opts []jetstream.KVCreateOpt
+	if ttl > 0 {
+		opts = append(opts, jetstream.KeyTTL(ttl))
+	}
+	rev, err := c.leases.Create(ctx, key, value, opts...)
 	if err != nil {
 		return 0, c.kvErr("create", key, 0, err)
 	}

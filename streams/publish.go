@@ -114,7 +114,10 @@ type Publication struct {
 func (c *Client) Append(ctx context.Context, p Publication, expect uint64) (seq uint64, duplicate bool, err error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	m := c.msg(p)
+	m, err := c.msg(p)
+	if err != nil {
+		return 0, false, err
+	}
 	var ack *jetstream.PubAck
 	for n := 0; ; n++ {
 		ack, err = c.publish(ctx, m, pubOpts{msgID: p.MsgID, expect: &expect})
@@ -165,7 +168,11 @@ func (c *Client) Append(ctx context.Context, p Publication, expect uint64) (seq 
 func (c *Client) Publish(ctx context.Context, p Publication) (seq uint64, duplicate bool, err error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	ack, err := c.publish(ctx, c.msg(p), pubOpts{msgID: p.MsgID})
+	m, err := c.msg(p)
+	if err != nil {
+		return 0, false, err
+	}
+	ack, err := c.publish(ctx, m, pubOpts{msgID: p.MsgID})
 	if err != nil {
 		if tooLarge(err) {
 			return 0, false, fmt.Errorf("%w: %d bytes on %s", ErrTooLarge, len(p.Data), p.Subject)
@@ -179,14 +186,14 @@ func tooLarge(err error) bool {
 	return apiCode(err) == codeMessageTooLarge || errors.Is(err, nats.ErrMaxPayload)
 }
 
-func (c *Client) msg(p Publication) *nats.Msg {
+func (c *Client) msg(p Publication) (*nats.Msg, error) {
 	// Room for publish's own headers too (msg id, expected sequence,
 	// TTL): a map that grows costs every record.
 	m := &nats.Msg{Subject: p.Subject, Data: p.Data, Header: make(nats.Header, len(p.Header)+3)}
 	for k, v := range p.Header {
 		m.Header[k] = v
 	}
-	return m
+	return m, c.sign(m)
 }
 
 // Head returns the last message on subject, or ErrNotFound.

@@ -32,7 +32,7 @@ func (t *Triggers) Prune(ctx context.Context, cutoff time.Time, registered func(
 	var old []*Occurrence
 	err := t.s.Read(ctx, subj.AllTriggers("occ"), 0, func(m *streams.Msg) error {
 		var o Occurrence
-		if decode(m, &o) == nil && o.At.Before(cutoff) {
+		if t.s.Verify(m) == nil && decode(m, &o) == nil && o.At.Before(cutoff) {
 			old = append(old, &o)
 		}
 		return nil
@@ -46,6 +46,9 @@ func (t *Triggers) Prune(ctx context.Context, cutoff time.Time, registered func(
 	bad := map[string]bool{}
 	if len(old) > 0 {
 		err = t.s.Read(ctx, subj.AllTriggers("dlv"), 0, func(m *streams.Msg) error {
+			if t.s.Verify(m) != nil {
+				return nil
+			}
 			var d *Delivery
 			if cur, ok := byID[m.Subject]; ok {
 				d = cur
@@ -112,7 +115,7 @@ func (t *Triggers) Prune(ctx context.Context, cutoff time.Time, registered func(
 	var receipts []string
 	err = t.s.Read(ctx, subj.AllTriggers("op"), 0, func(m *streams.Msg) error {
 		var r Receipt
-		if decode(m, &r) == nil && r.At.Before(cutoff) {
+		if t.s.Verify(m) == nil && decode(m, &r) == nil && r.At.Before(cutoff) {
 			receipts = append(receipts, m.Subject)
 		}
 		return nil
@@ -129,7 +132,7 @@ func (t *Triggers) Prune(ctx context.Context, cutoff time.Time, registered func(
 	last := map[string]*Subscription{}
 	err = t.s.Read(ctx, subj.AllTriggers("sub"), 0, func(m *streams.Msg) error {
 		var s Subscription
-		if decode(m, &s) == nil {
+		if t.s.Verify(m) == nil && decode(m, &s) == nil {
 			last[m.Subject] = &s
 		}
 		return nil

@@ -118,6 +118,10 @@ func (r *Router) fold(m *streams.Msg) {
 	if err != nil {
 		return
 	}
+	if err := r.cfg.Store.Verify(m); err != nil {
+		r.cfg.Logger.Error("trigger record set aside", "subject", m.Subject, "seq", m.Seq, "err", err)
+		return
+	}
 	if strings.Contains(m.Subject, ".trig.sub.") {
 		s, err := decodeSubscription(m)
 		if err != nil {

@@ -24,6 +24,9 @@ type Store interface {
 	Tail(ctx context.Context, s streams.Stream, filters []string, from uint64, fn func(m *streams.Msg, pending uint64) error) error
 	Purge(ctx context.Context, filter string) error
 	PurgeBefore(ctx context.Context, subject string, seq uint64) error
+	// Verify vouches for a record (streams.Client.Verify).
+	Verify(m *streams.Msg) error
+	SignedHead(ctx context.Context, subject string) (*streams.Msg, uint64, error)
 }
 
 // tries bounds how often an operation re-reads after another writer moved
@@ -70,7 +73,8 @@ func (t *Triggers) Apply(ctx context.Context, op Op, scope *Owner) (*Receipt, er
 	}
 	hash := op.Hash()
 	for try := range tries {
-		if r, err := t.receipt(ctx, rsubj); err == nil {
+		r, rat, err := t.receipt(ctx, rsubj)
+		if err == nil {
 			if r.OpHash != hash {
 				return nil, fmt.Errorf("%w: operation %s was %s of %s", ErrConflict, clip(op.ID), r.Action, r.Subscription)
 			}
@@ -78,7 +82,7 @@ func (t *Triggers) Apply(ctx context.Context, op Op, scope *Owner) (*Receipt, er
 		} else if !errors.Is(err, streams.ErrNotFound) {
 			return nil, err
 		}
-		cur, err := t.head(ctx, ssubj)
+		cur, at, err := t.head(ctx, ssubj)
 		if err != nil && !errors.Is(err, ErrNotFound) {
 			return nil, err
 		}
@@ -86,21 +90,17 @@ func (t *Triggers) Apply(ctx context.Context, op Op, scope *Owner) (*Receipt, er
 		if err != nil {
 			return nil, err
 		}
-		r := &Receipt{V: Version, Op: op.ID, OpHash: hash, Action: op.Action, Subscription: next.ID,
+		r = &Receipt{V: Version, Op: op.ID, OpHash: hash, Action: op.Action, Subscription: next.ID,
 			Revision: next.Revision, Incarnation: next.Incarnation, Changed: changed, By: t.writer, At: t.now().UTC()}
 		rb, err := json.Marshal(r)
 		if err != nil {
 			return nil, err
 		}
-		entries := []streams.BatchEntry{{Publication: streams.Publication{Subject: rsubj, Data: rb}, Expect: streams.Expect(0)}}
+		entries := []streams.BatchEntry{{Publication: streams.Publication{Subject: rsubj, Data: rb}, Expect: streams.Expect(rat)}}
 		if changed {
 			sb, err := json.Marshal(next)
 			if err != nil {
 				return nil, err
-			}
-			var at uint64
-			if cur != nil {
-				at = cur.Seq
 			}
 			entries = append([]streams.BatchEntry{{Publication: streams.Publication{Subject: ssubj, Data: sb}, Expect: &at}}, entries...)
 		}
@@ -122,27 +122,38 @@ func (t *Triggers) Apply(ctx context.Context, op Op, scope *Owner) (*Receipt, er
 	return nil, fmt.Errorf("triggers: %s of %s: the subscription kept changing under %d tries", op.Action, id, tries)
 }
 
-func (t *Triggers) receipt(ctx context.Context, subject string) (*Receipt, error) {
-	m, err := t.s.Head(ctx, subject)
+// receipt reads the receipt on subject, and the subject's last sequence
+// (what a compare-and-set names).
+func (t *Triggers) receipt(ctx context.Context, subject string) (*Receipt, uint64, error) {
+	m, at, err := signedHead(ctx, t.s, subject)
 	if err != nil {
-		return nil, err
+		return nil, at, err
 	}
 	var r Receipt
 	if err := decode(m, &r); err != nil {
-		return nil, err
+		return nil, at, err
 	}
-	return &r, nil
+	return &r, at, nil
 }
 
-func (t *Triggers) head(ctx context.Context, subject string) (*Subscription, error) {
-	m, err := t.s.Head(ctx, subject)
+// head reads a subscription's current state, and the subject's last
+// sequence (what a compare-and-set names).
+func (t *Triggers) head(ctx context.Context, subject string) (*Subscription, uint64, error) {
+	m, at, err := signedHead(ctx, t.s, subject)
 	if errors.Is(err, streams.ErrNotFound) {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, subject)
+		return nil, at, fmt.Errorf("%w: %s", ErrNotFound, subject)
 	}
 	if err != nil {
-		return nil, err
+		return nil, at, err
 	}
-	return decodeSubscription(m)
+	sub, err := decodeSubscription(m)
+	return sub, at, err
+}
+
+// signedHead is Store.SignedHead: unsigned records on a subject change
+// nothing and block nothing (ADR 0036).
+func signedHead(ctx context.Context, s Store, subject string) (*streams.Msg, uint64, error) {
+	return s.SignedHead(ctx, subject)
 }
 
 func decodeSubscription(m *streams.Msg) (*Subscription, error) {
@@ -174,7 +185,7 @@ func (t *Triggers) Get(ctx context.Context, id string, scope *Owner) (*Subscript
 	if err != nil {
 		return nil, fmt.Errorf("%w: subscription id: %v", ErrInvalid, err)
 	}
-	s, err := t.head(ctx, subj)
+	s, _, err := t.head(ctx, subj)
 	if err != nil {
 		return nil, err
 	}
@@ -192,6 +203,9 @@ func (t *Triggers) History(ctx context.Context, id string, scope *Owner) ([]*Sub
 	subj, _ := t.s.Subjects().TriggerSubscription(id)
 	var out []*Subscription
 	err := t.s.Read(ctx, subj, 0, func(m *streams.Msg) error {
+		if t.s.Verify(m) != nil {
+			return nil
+		}
 		s, err := decodeSubscription(m)
 		if err != nil {
 			return err
@@ -208,6 +222,9 @@ func (t *Triggers) List(ctx context.Context, scope *Owner) ([]*Subscription, map
 	last := map[string]*Subscription{}
 	bad := map[string]error{}
 	err := t.s.Read(ctx, t.s.Subjects().AllTriggers("sub"), 0, func(m *streams.Msg) error {
+		if t.s.Verify(m) != nil {
+			return nil
+		}
 		s, err := decodeSubscription(m)
 		if err != nil {
 			bad[m.Subject] = err
@@ -284,7 +301,11 @@ func (t *Triggers) Record(ctx context.Context, occ Occurrence, subs []*Subscript
 			first, err := t.Occurrence(ctx, occ.ID)
 			if errors.Is(err, ErrNotFound) {
 				// The batch that won is not readable yet (a cluster
-				// reports the conflict before applying it).
+				// reports the conflict before applying it), or what is
+				// there no node wrote: the next try lands after it.
+				if err := t.expectHeads(ctx, entries); err != nil {
+					return nil, nil, false, err
+				}
 				if err := backoff(ctx, try); err != nil {
 					return nil, nil, false, err
 				}
@@ -307,6 +328,23 @@ func (t *Triggers) Record(ctx context.Context, occ Occurrence, subs []*Subscript
 	return nil, nil, false, fmt.Errorf("triggers: occurrence %s: conflicting writes never became readable in %d tries", occ.ID, tries)
 }
 
+// expectHeads sets each entry's compare-and-set to its subject's last
+// sequence.
+func (t *Triggers) expectHeads(ctx context.Context, entries []streams.BatchEntry) error {
+	for i := range entries {
+		m, err := t.s.Head(ctx, entries[i].Subject)
+		switch {
+		case errors.Is(err, streams.ErrNotFound):
+			entries[i].Expect = streams.Expect(0)
+		case err != nil:
+			return err
+		default:
+			entries[i].Expect = streams.Expect(m.Seq)
+		}
+	}
+	return nil
+}
+
 // backoff pauses after the try-th lost compare-and-set: 5 ms doubling,
 // at most 200 ms.
 func backoff(ctx context.Context, try int) error {
@@ -325,7 +363,7 @@ func (t *Triggers) Occurrence(ctx context.Context, id string) (*Occurrence, erro
 	if err != nil {
 		return nil, fmt.Errorf("%w: occurrence id: %v", ErrInvalid, err)
 	}
-	m, err := t.s.Head(ctx, subj)
+	m, _, err := signedHead(ctx, t.s, subj)
 	if errors.Is(err, streams.ErrNotFound) {
 		return nil, fmt.Errorf("%w: occurrence %s", ErrNotFound, clip(id))
 	}
@@ -358,7 +396,12 @@ func (t *Triggers) Delivery(ctx context.Context, id string) (*Delivery, error) {
 		return nil, fmt.Errorf("%w: delivery id: %v", ErrInvalid, err)
 	}
 	var d *Delivery
-	err = t.s.Read(ctx, subj, 0, func(m *streams.Msg) error { return foldDelivery(&d, m) })
+	err = t.s.Read(ctx, subj, 0, func(m *streams.Msg) error {
+		if t.s.Verify(m) != nil {
+			return nil
+		}
+		return foldDelivery(&d, m)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -414,9 +457,7 @@ func (t *Triggers) Start(ctx context.Context, procs *processes.Registry, d *Deli
 	if err != nil {
 		return err
 	}
-	_, _, err = t.s.Append(ctx, streams.Publication{Subject: subj, Data: b}, d.Seq)
-	var ce *streams.ConflictError
-	if err != nil && !errors.As(err, &ce) { // a conflict: another node marked it
+	if err := t.mark(ctx, subj, d, b); err != nil {
 		return err
 	}
 	d.Started, d.Failed = mark.Started, mark.Error
@@ -426,13 +467,41 @@ func (t *Triggers) Start(ctx context.Context, procs *processes.Registry, d *Deli
 	return nil
 }
 
+// mark appends a delivery's start mark after its reservation. Another
+// node's mark there first is as good; messages after the reservation that
+// no node wrote are passed over, the mark landing after them.
+func (t *Triggers) mark(ctx context.Context, subj string, d *Delivery, b []byte) error {
+	at := d.Seq
+	for try := range tries {
+		_, _, err := t.s.Append(ctx, streams.Publication{Subject: subj, Data: b}, at)
+		var ce *streams.ConflictError
+		if !errors.As(err, &ce) {
+			return err
+		}
+		cur, err := t.Delivery(ctx, d.ID)
+		if err != nil {
+			return err
+		}
+		if cur.Started || cur.Failed != "" {
+			return nil
+		}
+		if _, at, err = signedHead(ctx, t.s, subj); err != nil {
+			return err
+		}
+		if err := backoff(ctx, try); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("triggers: marking delivery %s: the subject kept changing under %d tries", clip(d.ID), tries)
+}
+
 // Occurrences returns every occurrence recorded at or after stream
 // sequence from, oldest first, at most limit (0: all).
 func (t *Triggers) Occurrences(ctx context.Context, from uint64, limit int) ([]*Occurrence, error) {
 	var out []*Occurrence
 	err := t.s.Read(ctx, t.s.Subjects().AllTriggers("occ"), from, func(m *streams.Msg) error {
 		var o Occurrence
-		if err := decode(m, &o); err != nil {
+		if t.s.Verify(m) != nil || decode(m, &o) != nil {
 			return nil // listed by lash-admin as unreadable elsewhere
 		}
 		out = append(out, &o)
@@ -458,6 +527,9 @@ func (t *Triggers) Deliveries(ctx context.Context) ([]*Delivery, error) {
 			return nil
 		}
 		d := byID[id]
+		if t.s.Verify(m) != nil {
+			return nil
+		}
 		if err := foldDelivery(&d, m); err != nil {
 			return nil
 		}

@@ -75,6 +75,7 @@ type app struct {
 	conn     cli.Conn
 	listen   string
 	data     string
+	secret   string // --secret-file
 	cacheDir string
 	config   string
 	machine  cli.Machine
@@ -370,7 +371,46 @@ func (a *app) connect() error {
 	if err != nil {
 		return err
 	}
+	if err := a.sign(c); err != nil {
+		return err
+	}
 	a.client = c
+	return nil
+}
+
+// sign gives c the deployment's secret (ADR 0036): from --secret-file, or,
+// on lash-node's embedded server (no --nats), from the node's data
+// directory. Then lash-admin's writes are signed and what it reads is
+// checked. Without it, on a deployment that signs, lash-admin reads what
+// is there unchecked and refuses to write durable truth, which every node
+// would set aside.
+func (a *app) sign(c *streams.Client) error {
+	path := a.secret
+	if path == "" && a.conn.URL == "" {
+		for _, name := range []string{"secret", "event-secret"} {
+			if p := filepath.Join(a.data, name); fileExists(p) {
+				path = p
+				break
+			}
+		}
+	}
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("--secret-file: %w", err)
+		}
+		if err := c.Sign(a.ctx, bytes.TrimSpace(b)); err != nil {
+			return fmt.Errorf("%w (the secret in %s)", err, path)
+		}
+		return nil
+	}
+	signed, err := c.Signed(a.ctx)
+	if err != nil {
+		return err
+	}
+	if signed {
+		c.RefuseTruth(fmt.Errorf("%w: this deployment signs its records; give lash-admin the nodes' secret (--secret-file) to change them", streams.ErrSecretMismatch))
+	}
 	return nil
 }
 

@@ -26,15 +26,17 @@ import (
 type cache struct {
 	p       *projector.Projector // sessions
 	signals *projector.Projector
+	procs   *projector.Projector
 	root    string
 	temp    bool // a temporary directory, removed on close
 }
 
 // stamp names the streams a cache was folded from.
 type stamp struct {
-	Prefix   string    `json:"prefix"`
-	Sessions time.Time `json:"sessions_created"`
-	Triggers time.Time `json:"triggers_created"`
+	Prefix    string    `json:"prefix"`
+	Sessions  time.Time `json:"sessions_created"`
+	Triggers  time.Time `json:"triggers_created"`
+	Processes time.Time `json:"processes_created"`
 }
 
 // cacheRoot is --cache, or a directory per deployment (URL and prefix)
@@ -109,7 +111,13 @@ func (a *app) openCacheAt(root string) (*cache, error) {
 		p.Close()
 		return nil, err
 	}
-	c := &cache{p: p, signals: sig, root: root}
+	procs, err := open("processes", lash.OpenProcessProjection)
+	if err != nil {
+		p.Close()
+		sig.Close()
+		return nil, err
+	}
+	c := &cache{p: p, signals: sig, procs: procs, root: root}
 	if err := c.checkStamp(a); err != nil {
 		c.close()
 		return nil, err
@@ -131,19 +139,20 @@ func (c *cache) checkStamp(a *app) error {
 	if err != nil {
 		return err
 	}
-	sessions, triggers := infos[streams.Sessions], infos[streams.Triggers]
-	want := stamp{Prefix: a.client.Config().Prefix, Sessions: sessions.Created.UTC(), Triggers: triggers.Created.UTC()}
+	sessions, triggers, procs := infos[streams.Sessions], infos[streams.Triggers], infos[streams.Processes]
+	want := stamp{Prefix: a.client.Config().Prefix, Sessions: sessions.Created.UTC(), Triggers: triggers.Created.UTC(), Processes: procs.Created.UTC()}
 	path := filepath.Join(c.root, "deployment")
 	var got stamp
 	data, err := os.ReadFile(path)
 	if err == nil {
 		err = json.Unmarshal(data, &got)
 	}
-	same := err == nil && got.Prefix == want.Prefix && got.Sessions.Equal(want.Sessions) && got.Triggers.Equal(want.Triggers)
-	if same && c.p.Applied() <= sessions.LastSeq && c.signals.Applied() <= triggers.LastSeq {
+	same := err == nil && got.Prefix == want.Prefix && got.Sessions.Equal(want.Sessions) && got.Triggers.Equal(want.Triggers) &&
+		got.Processes.Equal(want.Processes)
+	if same && c.p.Applied() <= sessions.LastSeq && c.signals.Applied() <= triggers.LastSeq && c.procs.Applied() <= procs.LastSeq {
 		return nil
 	}
-	for _, p := range []*projector.Projector{c.p, c.signals} {
+	for _, p := range []*projector.Projector{c.p, c.signals, c.procs} {
 		if p.Applied() == 0 {
 			continue
 		}
@@ -167,8 +176,10 @@ func (c *cache) checkStamp(a *app) error {
 
 func (c *cache) close() error {
 	err := c.p.Close()
-	if serr := c.signals.Close(); err == nil {
-		err = serr
+	for _, p := range []*projector.Projector{c.signals, c.procs} {
+		if perr := p.Close(); err == nil {
+			err = perr
+		}
 	}
 	if c.temp {
 		if rerr := os.RemoveAll(c.root); err == nil {
@@ -188,6 +199,15 @@ func (a *app) openedCache() (*cache, error) {
 		a.cache = c
 	}
 	return a.cache, nil
+}
+
+// processProjection is the process read model, caught up.
+func (a *app) processProjection() (*projector.Projector, error) {
+	c, err := a.openedCache()
+	if err != nil {
+		return nil, err
+	}
+	return c.procs, c.procs.CatchUp(a.ctx)
 }
 
 // signalProjection is the signal read model, caught up.

@@ -19,6 +19,7 @@ func (a *app) settingsFlags(cmd *command) *flag.FlagSet {
 	a.conn.Register(fs, "NATS server `URL` (default: lash-node's embedded server, at --listen)")
 	fs.StringVar(&a.listen, "listen", defaultListen, "client `address` of lash-node's embedded server (lash-node's --listen): with no --nats, lash-admin connects there")
 	fs.StringVar(&a.data, "data", "lash-data", "lash-node's data `directory`: with no --nats and no credentials given, lash-admin signs in to the embedded server with the password lash-node keeps there (embedded-password), if any")
+	fs.StringVar(&a.secret, "secret-file", "", "`file` holding the deployment's secret (lash-node's --secret-file): lash-admin signs what it writes and checks what it reads (default: with no --nats, <data>/secret, if there)")
 	fs.StringVar(&a.cacheDir, "cache", "", "`directory` of lash-admin's projection cache (default: one per deployment under the user cache directory)")
 	fs.StringVar(&a.config, "config", "", "settings `file`: \"name = value\" lines; lash-node's file will do")
 	if cmd != nil && cmd.settings != nil {
@@ -169,7 +170,7 @@ lash-admin ignores the settings of lash-node's it has no use for.
 `, strings.Join(groups(), ", "))
 	fs := a.settingsFlags(nil)
 	cli.Usage(w, fs, envPrefix, a.conn.Aliases(), []cli.Section{
-		{Title: "Connection (as lash-node's)", Names: []string{"nats", "listen", "creds", "user", "password", "tls-cert", "tls-key", "tls-ca", "prefix", "replicas"}},
+		{Title: "Connection (as lash-node's)", Names: []string{"nats", "listen", "creds", "user", "password", "tls-cert", "tls-key", "tls-ca", "prefix", "replicas", "secret-file"}},
 		{Title: "lash-admin", Names: []string{"cache", "config"}},
 	})
 	fmt.Fprint(w, `Every command takes:

@@ -209,10 +209,10 @@ func TestProgress(t *testing.T) {
 		elapsed        time.Duration
 		want           string
 	}{
-		{0, 0, 0, "sessions [##############################] 0/0 100% 0 msg/s"},
-		{0, 200, time.Second, "sessions [..............................] 0/200   0% 0 msg/s"},
-		{50, 200, time.Second, "sessions [#######.......................] 50/200  25% 50 msg/s"},
-		{300, 200, 2 * time.Second, "sessions [##############################] 300/300 100% 150 msg/s"},
+		{0, 0, 0, "sessions  [##############################] 0/0 100% 0 msg/s"},
+		{0, 200, time.Second, "sessions  [..............................] 0/200   0% 0 msg/s"},
+		{50, 200, time.Second, "sessions  [#######.......................] 50/200  25% 50 msg/s"},
+		{300, 200, 2 * time.Second, "sessions  [##############################] 300/300 100% 150 msg/s"},
 	} {
 		if got := progressLine("sessions", c.applied, c.total, c.elapsed); got != c.want {
 			t.Errorf("progressLine(%d, %d, %s) = %q, want %q", c.applied, c.total, c.elapsed, got, c.want)

@@ -504,8 +504,8 @@ func TestAdmin(t *testing.T) {
 	t.Run("rebuild", func(t *testing.T) {
 		before := a.ok("sessions", "ls", "--json")
 		r := a.run("rebuild", "--json")
-		if r.code != 0 || !strings.Contains(r.stderr, "sessions [###") || !strings.Contains(r.stderr, "signals  [###") ||
-			strings.Count(r.stderr, "100%") != 2 {
+		if r.code != 0 || !strings.Contains(r.stderr, "sessions  [###") || !strings.Contains(r.stderr, "signals   [###") ||
+			!strings.Contains(r.stderr, "processes [###") || strings.Count(r.stderr, "100%") != 3 {
 			t.Fatalf("rebuild: %+v", r)
 		}
 		var rj rebuildJSON
@@ -513,7 +513,7 @@ func TestAdmin(t *testing.T) {
 			t.Fatal(err)
 		}
 		if rj.Sessions != 3 || rj.Turns != 2 || rj.Quarantined != 2 || rj.Applied != lastSeq(t, c, streams.Sessions) ||
-			rj.SignalsApplied != lastSeq(t, c, streams.Triggers) {
+			rj.SignalsApplied != lastSeq(t, c, streams.Triggers) || rj.ProcessesApplied != lastSeq(t, c, streams.Processes) {
 			t.Errorf("rebuild %+v\n%s", rj, r.stderr)
 		}
 		if after := a.ok("sessions", "ls", "--json"); after != before {

@@ -85,6 +85,6 @@ func progressLine(label string, applied, total uint64, elapsed time.Duration) st
 	if s := elapsed.Seconds(); s > 0 {
 		rate = float64(applied) / s
 	}
-	return fmt.Sprintf("%-8s [%s%s] %d/%d %3.0f%% %.0f msg/s", label, strings.Repeat("#", filled), strings.Repeat(".", width-filled),
+	return fmt.Sprintf("%-9s [%s%s] %d/%d %3.0f%% %.0f msg/s", label, strings.Repeat("#", filled), strings.Repeat(".", width-filled),
 		applied, total, pct, rate)
 }

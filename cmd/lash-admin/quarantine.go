@@ -15,10 +15,12 @@ import (
 
 var quarantineLsCmd = &command{
 	name:    "quarantine ls",
-	summary: "messages set aside as malformed: inputs, log entries, signals",
+	summary: "messages set aside: malformed inputs, log entries and signals, records no node or operator signed",
 	doc: `Lists the messages lash-admin's projections set aside because they could not fold them
 (an input that is not valid input JSON, a log entry this version cannot read, a signal
-that is not JSON): the stream and sequence, subject, the fold that refused it, the start
+that is not JSON), and records on subjects of durable truth that no node or operator signed,
+when the deployment signs its records and lash-admin has its secret (ADR 0036; fold
+"signature"): the stream and sequence, subject, the fold that refused it, the start
 of its payload, and why, in full, in the last column. The table clips a subject longer
 than 80 characters (ending it with "..."); the JSON form carries every subject whole,
 and the payload (as stored: at most 64 KiB) in base64. Requests the running nodes' API refused are listed too (stream "node-api",
@@ -55,11 +57,15 @@ func runQuarantineLs(a *app, _ []string) error {
 	if err != nil {
 		return err
 	}
+	procs, err := a.processProjection()
+	if err != nil {
+		return err
+	}
 	out := quarantineJSON{Quarantine: []poisonJSON{}}
 	for _, src := range []struct {
 		p      *projector.Projector
 		stream streams.Stream
-	}{{sessions, streams.Sessions}, {signals, streams.Triggers}} {
+	}{{sessions, streams.Sessions}, {signals, streams.Triggers}, {procs, streams.Processes}} {
 		q, err := src.p.Quarantine()
 		if err != nil {
 			return err

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -24,12 +23,14 @@ type rebuildJSON struct {
 	Sessions    int `json:"sessions"`
 	Turns       int `json:"turns"`
 	Quarantined int `json:"quarantined"`
-	// Applied and SignalsApplied are the last sequences folded from the
-	// session stream and the signal subjects.
-	Applied        uint64  `json:"applied"`
-	SignalsApplied uint64  `json:"signals_applied"`
-	TookMS         float64 `json:"took_ms"`
-	Cache          string  `json:"cache"`
+	// Applied, SignalsApplied and ProcessesApplied are the last sequences
+	// folded from the session stream, the trigger stream (signals, and
+	// trigger records checked for their signatures) and the process stream.
+	Applied          uint64  `json:"applied"`
+	SignalsApplied   uint64  `json:"signals_applied"`
+	ProcessesApplied uint64  `json:"processes_applied"`
+	TookMS           float64 `json:"took_ms"`
+	Cache            string  `json:"cache"`
 }
 
 func runRebuild(a *app, _ []string) error {
@@ -42,10 +43,12 @@ func runRebuild(a *app, _ []string) error {
 	if err != nil {
 		return err
 	}
-	var lastSignal uint64
-	if m, err := a.client.Head(a.ctx, a.client.Subjects().Signals()); err == nil {
-		lastSignal = m.Seq
-	} else if !errors.Is(err, streams.ErrNotFound) {
+	lastSignal, err := a.client.LastSeq(a.ctx, streams.Triggers)
+	if err != nil {
+		return err
+	}
+	lastProcess, err := a.client.LastSeq(a.ctx, streams.Processes)
+	if err != nil {
 		return err
 	}
 	start := time.Now()
@@ -53,7 +56,7 @@ func runRebuild(a *app, _ []string) error {
 		label string
 		p     *projector.Projector
 		last  uint64
-	}{{"sessions", c.p, lastSession}, {"signals", c.signals, lastSignal}} {
+	}{{"sessions", c.p, lastSession}, {"signals", c.signals, lastSignal}, {"processes", c.procs, lastProcess}} {
 		bar := startProgress(f.label, a.stderr, a.errTTY, f.last, f.p.Applied)
 		err := f.p.Rebuild(a.ctx)
 		bar.finish()
@@ -74,8 +77,12 @@ func runRebuild(a *app, _ []string) error {
 	if err != nil {
 		return err
 	}
-	out := rebuildJSON{Sessions: len(heads), Quarantined: len(q) + len(qs), Applied: c.p.Applied(),
-		SignalsApplied: c.signals.Applied(), TookMS: ms(took), Cache: c.root}
+	qp, err := c.procs.Quarantine()
+	if err != nil {
+		return err
+	}
+	out := rebuildJSON{Sessions: len(heads), Quarantined: len(q) + len(qs) + len(qp), Applied: c.p.Applied(),
+		SignalsApplied: c.signals.Applied(), ProcessesApplied: c.procs.Applied(), TookMS: ms(took), Cache: c.root}
 	for _, h := range heads {
 		out.Turns += h.Turns
 	}

@@ -47,6 +47,9 @@ type turnJSON struct {
 	// Failed is set on a turn committed as failed.
 	Settings string `json:"settings"`
 	Failed   bool   `json:"failed"`
+	// SetAside, on a commit of status "set_aside", says why no run of the
+	// session could have written it.
+	SetAside string `json:"set_aside,omitempty"`
 }
 
 type turnsJSON struct {
@@ -112,7 +115,7 @@ func runTurns(a *app, args []string) error {
 		out.Turns = append(out.Turns, turnJSON{Turn: t.Turn, Seq: t.Seq, Input: t.Input, Cursor: t.Cursor, Status: t.Status,
 			Termination: terminationOf(t.Termination), Usage: usageOf(t.Usage), Iterations: t.Iterations,
 			Messages: t.Messages, Suspended: t.Suspended, Committer: t.Committer, Started: optTime(t.Started),
-			Committed: utc(t.Committed), DurationMS: ms(t.Duration), Settings: t.Settings, Failed: t.Failed})
+			Committed: utc(t.Committed), DurationMS: ms(t.Duration), Settings: t.Settings, Failed: t.Failed, SetAside: t.SetAside})
 	}
 	return a.emit(out, func(w io.Writer) {
 		row(w, "TURN", "SEQ", "STATUS", "TERMINATION", "DURATION", "TOKENS", "ITER", "MSGS", "SUSP", "COMMITTER", "COMMITTED", "SETTINGS")

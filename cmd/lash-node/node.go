@@ -93,11 +93,11 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
-	secret, err := eventSecret(s.eventSecret, s.data)
+	secret, err := deploymentSecret(s.secretFile, s.data)
 	if err != nil {
 		return err
 	}
-	opts := []lash.Option{lash.WithConn(nc), lash.WithStreams(s.streams()), lash.WithModel(s.model), lash.WithEventSecret(secret), lash.WithStreaming(s.stream),
+	opts := []lash.Option{lash.WithConn(nc), lash.WithStreams(s.streams()), lash.WithModel(s.model), lash.WithSecret(secret), lash.WithStreaming(s.stream),
 		lash.WithTools(ts.reg), lash.WithMachine(s.machine.Config()), lash.WithLeaseTTL(s.leaseTTL),
 		lash.WithToolTimeout(s.toolTimeout), lash.WithConcurrency(s.concurrency), lash.WithLogger(log), lash.WithTurnAttempts(s.turnAttempts), lash.WithAgentBudget(s.maxAgents, s.maxAgentsSession),
 		lash.WithProjection(filepath.Join(s.data, "projection")), lash.WithObserver(m.observe)}
@@ -389,30 +389,45 @@ func embeddedListen(addr string) (string, error) {
 	return net.JoinHostPort(host, port), nil
 }
 
-// eventSecret reads the deployment's event secret from path, or, with no
-// path, from <data>/event-secret, made with 32 random bytes on first use.
-func eventSecret(path, data string) ([]byte, error) {
+// secretFile is the deployment secret's file in the data directory;
+// oldSecretFile, its name before the secret signed records too, is read
+// when it is there.
+const (
+	secretFile    = "secret"
+	oldSecretFile = "event-secret"
+)
+
+// deploymentSecret reads the deployment's secret from path, or, with no
+// path, from <data>/secret, made with 32 random bytes on first use.
+func deploymentSecret(path, data string) ([]byte, error) {
 	if path == "" {
-		path = filepath.Join(data, "event-secret")
-		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		path = filepath.Join(data, secretFile)
+		if old := filepath.Join(data, oldSecretFile); fileExists(old) && !fileExists(path) {
+			path = old
+		} else if !fileExists(path) {
 			b := make([]byte, 32)
 			if _, err := rand.Read(b); err != nil {
 				return nil, err
 			}
 			if err := os.WriteFile(path, []byte(hex.EncodeToString(b)), 0o600); err != nil {
-				return nil, fmt.Errorf("making the event secret: %w", err)
+				return nil, fmt.Errorf("making the deployment secret: %w", err)
 			}
 		}
 	}
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("--event-secret-file: %w", err)
+		return nil, fmt.Errorf("--secret-file: %w", err)
 	}
 	b = bytes.TrimSpace(b)
 	if len(b) < 32 {
-		return nil, fmt.Errorf("--event-secret-file %s: %d bytes, at least 32", path, len(b))
+		return nil, fmt.Errorf("--secret-file %s: %d bytes, at least 32", path, len(b))
 	}
 	return b, nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return !errors.Is(err, os.ErrNotExist)
 }
 
 // EmbeddedUser is the embedded server's one user when it takes a

@@ -412,9 +412,10 @@ func TestNATSClosedForGoodExits1(t *testing.T) {
 		o.Username, o.Password = "lash", "old"
 	}))
 	script := writeFile(t, "node.script", nodeScript)
+	secret := writeFile(t, "secret", strings.Repeat("s", 32)) // both runs are nodes of one deployment
 	args := func() []string {
 		return []string{"--script", script, "--nats", srv.URL(), "--user", "lash", "--password", "old",
-			"--data", t.TempDir(), "--http", "off", "--log-format", "json", "--drain-timeout", "5s"}
+			"--data", t.TempDir(), "--secret-file", secret, "--http", "off", "--log-format", "json", "--drain-timeout", "5s"}
 	}
 	running := func(stderr *testenv.Buffer) {
 		t.Helper()

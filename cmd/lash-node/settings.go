@@ -61,7 +61,7 @@ type settings struct {
 	maxAgents, maxAgentsSession int
 	// retention and sweepEvery: what the sweeps keep, and how often.
 	retention, sweepEvery time.Duration
-	eventSecret           string
+	secretFile            string
 	embeddedAuth          string
 
 	// Read by check: the provider the settings ask for.
@@ -101,7 +101,7 @@ func newFlagSet(s *settings) *flag.FlagSet {
 	fs.IntVar(&s.maxAgentsSession, "max-agents-per-session", processes.DefaultBudget.PerSession, "`sub-agents` that one session of such a tree may start")
 	fs.DurationVar(&s.retention, "retention", lifecycle.DefaultRetention, "how long ended work stays for operators to look at (a committed turn's journal, an ended process, a trigger occurrence) before a sweep removes it; work not ended never expires")
 	fs.DurationVar(&s.sweepEvery, "sweep-every", lash.DefaultSweepEvery, "how often the deployment is swept of garbage (one node at a time)")
-	fs.StringVar(&s.eventSecret, "event-secret-file", "", "`file` holding the deployment's secret (at least 32 bytes) that signs event keys (tools.AwaitEvent); every node of a deployment needs the same (default: <data>/event-secret, made on first start)")
+	fs.StringVar(&s.secretFile, "secret-file", "", "`file` holding the deployment's secret (at least 32 bytes), which signs every record nodes and operators write and event keys (tools.AwaitEvent); every node and lash-admin of a deployment needs the same (default: <data>/secret, made on first start)")
 	s.logging.Register(fs)
 	return fs
 }
@@ -115,7 +115,7 @@ var sections = []cli.Section{
 	{Title: "Local data and the embedded server", Names: []string{"data", "listen", "embedded-auth"}},
 	{Title: "Model provider (give --script, or --model for an OpenAI-compatible API)", Names: []string{"script", "model", "base-url", "model-timeout", "stream"}},
 	{Title: "Turns (every node of a deployment must agree)", Names: []string{"system", "max-iterations", "token-budget", "max-tool-failures", "decision-wait"}},
-	{Title: "Node", Names: []string{"node-id", "concurrency", "lease-ttl", "tool-timeout", "tool-refresh", "drain-timeout", "turn-attempts", "max-agents", "max-agents-per-session", "retention", "sweep-every", "event-secret-file"}},
+	{Title: "Node", Names: []string{"node-id", "concurrency", "lease-ttl", "tool-timeout", "tool-refresh", "drain-timeout", "turn-attempts", "max-agents", "max-agents-per-session", "retention", "sweep-every", "secret-file"}},
 	{Title: "Sizes (the deployment's: every node must agree; set when its streams are created)", Names: []string{"max-input", "inline-max", "max-payload"}},
 	{Title: "Live events (the LIVE stream)", Names: []string{"live-retention", "live-max-bytes", "live-storage"}},
 	{Title: "Operations", Names: []string{"http", "otlp-endpoint", "log-format", "log-level"}},
