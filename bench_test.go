@@ -202,3 +202,17 @@ func BenchmarkFailover(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkBoot: a node's boot and heap on a deployment where 100,000
+// background calls and as many trigger deliveries ended and were pruned,
+// against one where 1,000 were (lazy fsync: the load is what takes long).
+func BenchmarkBoot(b *testing.B) {
+	e, _ := env(b, false)
+	rs, err := bench.Boot(b.Context(), e, 1000, 100000)
+	if err != nil {
+		b.Fatal(err)
+	}
+	report(b, rs...)
+	b.ReportMetric(rs[0].Ratio, "x-boot-vs-1000")
+	b.ReportMetric(rs[1].Ratio, "x-heap-vs-1000")
+}

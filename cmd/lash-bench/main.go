@@ -32,13 +32,14 @@ func run(args []string) error {
 		fs.PrintDefaults()
 	}
 	modes := fs.String("mode", "fsync,lazy", "fsync modes to measure: fsync (acknowledge after fsync, lash's default), lazy")
-	only := fs.String("only", "latency,effects,concurrency,history,sessions,memory,failover,processes,sleeps", "what to measure")
+	only := fs.String("only", "latency,effects,concurrency,history,sessions,memory,failover,processes,sleeps,boot", "what to measure")
 	samples := fs.Int("n", 50, "samples per figure (input to commit and history take at least 200, effect cost 400)")
 	conc := fs.String("concurrency", "1,16,64,256", "sessions at once for turns per second")
 	history := fs.String("history", "1,100,1000", "committed turns before the timed ones")
 	sessions := fs.String("sessions", "1000,100000", "sessions run before listing leases")
 	memory := fs.Int("memory", 10000, "new sessions of one turn each for the memory per session")
 	sleeps := fs.Int("sleeps", 10000, "sleeps parked while wakes are timed (against 10 parked)")
+	boot := fs.String("boot", "1000,100000", "ended and pruned processes (and as many trigger deliveries) before a node's boot is timed: the figure, then the larger to compare")
 	dir := fs.String("dir", "", "where the server's temporary directory goes (default: the system's)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -53,14 +54,14 @@ func run(args []string) error {
 		if mode != "fsync" && mode != "lazy" {
 			return fmt.Errorf("-mode: %q is neither fsync nor lazy", mode)
 		}
-		if err := measure(ctx, *dir, mode == "fsync", want, *samples, *conc, *history, *sessions, *memory, *sleeps); err != nil {
+		if err := measure(ctx, *dir, mode == "fsync", want, *samples, *conc, *history, *sessions, *memory, *sleeps, *boot); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func measure(ctx context.Context, dir string, sync bool, want map[string]bool, n int, conc, history, sessions string, memory, sleeps int) error {
+func measure(ctx context.Context, dir string, sync bool, want map[string]bool, n int, conc, history, sessions string, memory, sleeps int, boot string) error {
 	e, err := bench.Start(dir, sync)
 	if err != nil {
 		return err
@@ -130,6 +131,17 @@ func measure(ctx context.Context, dir string, sync bool, want map[string]bool, n
 	}
 	if want["processes"] {
 		r, err := bench.Processes(ctx, e, n)
+		if err != nil {
+			return err
+		}
+		add(r...)
+	}
+	if want["boot"] {
+		bs, err := ints(boot)
+		if err != nil || len(bs) != 2 {
+			return fmt.Errorf("-boot: two counts, the smaller first: %v", err)
+		}
+		r, err := bench.Boot(ctx, e, bs[0], bs[1])
 		if err != nil {
 			return err
 		}
