@@ -106,7 +106,9 @@ func TestSubAgentBudget(t *testing.T) {
 			switch {
 			case strings.Contains(m.Text, `"status":"started"`):
 				started++
-			case m.Error && strings.Contains(m.Text, "budget spent") && strings.Contains(m.Text, "at most 3"):
+			case m.Error && strings.Contains(m.Text, "budget spent"):
+				// The lead's own 3, or the tree's 5 once the sub-agents
+				// spawned theirs: which is spent first is a race.
 				refused++
 			}
 		}

@@ -10,22 +10,27 @@ import (
 	"github.com/lash-run/lash/testenv"
 )
 
-// pruneBeforeTail prunes everything ended between Await's head read and
-// its tail: a race a real server gives only by chance.
+// pruneBeforeTail ends the process and prunes everything ended between
+// Await's read of the log and its tail: a race a real server gives only by
+// chance.
 type pruneBeforeTail struct {
 	*streams.Client
-	r *Registry
+	r  *Registry
+	id string
 }
 
 func (s pruneBeforeTail) Tail(ctx context.Context, st streams.Stream, filters []string, from uint64, fn func(*streams.Msg, uint64) error) error {
+	if _, _, err := s.r.Finish(ctx, s.id, TypeFailed, Failure{Code: "x"}, ByExternalOwner); err != nil {
+		return err
+	}
 	if _, err := s.r.Prune(ctx, time.Now().Add(time.Hour)); err != nil {
 		return err
 	}
 	return s.Client.Tail(ctx, st, filters, from, fn)
 }
 
-// An await that starts on an ended process pruned before its events are
-// read ends as unknown instead of waiting for ever.
+// An await that starts on a running process, ended and pruned before the
+// await follows its log, ends as unknown instead of waiting for ever.
 func TestAwaitOfPrunedProcess(t *testing.T) {
 	srv := testenv.RunJetStream(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -55,10 +60,7 @@ func TestAwaitOfPrunedProcess(t *testing.T) {
 	if _, _, err := r.Register(ctx, "job", reg); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := r.Finish(ctx, "job", TypeFailed, Failure{Code: "x"}, ByExternalOwner); err != nil {
-		t.Fatal(err)
-	}
-	racy := New(pruneBeforeTail{Client: c, r: r}, "watcher")
+	racy := New(pruneBeforeTail{Client: c, r: r, id: "job"}, "watcher")
 	if _, err := racy.Await(ctx, "job"); !errors.Is(err, ErrUnknown) {
 		t.Fatalf("await of a process pruned under it: %v, want ErrUnknown", err)
 	}

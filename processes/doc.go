@@ -40,9 +40,15 @@
 // executor's error marked Retryable hands the attempt back; at most
 // MaxAttempts attempts begin.
 //
-// Waiting for a process (Await) reads its log through a consumer that
-// goes on delivering events as they are stored: no polling, and no
-// terminal written meanwhile is missed.
+// A process registered where a worker runs is handed to that worker at
+// once (no hop through the stream), and the worker decides on its fold
+// without reading the log again: its writes are compare-and-sets at the
+// fold's head (ADR 0037).
+//
+// Waiting for a process (Await) reads its log (on one server one batched
+// direct get, so an ended process costs one round trip), then follows it
+// through a consumer that delivers events as they are stored: no
+// polling, and no terminal written meanwhile is missed.
 //
 // Bounds: ids as in package streams (256 bytes), 32 declared event types
 // of at most 64 bytes, 64 KiB of event data or input, 64 sessions holding

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/lash-run/lash/leases"
@@ -38,6 +39,10 @@ type Registry struct {
 	s      Store
 	writer string
 	now    func() time.Time
+	// adopt, when a worker runs beside the registry, is handed each
+	// process this registry created, so the worker need not wait for its
+	// follower to deliver the registration.
+	adopt atomic.Pointer[func(*Process)]
 }
 
 // New returns a registry whose writes name writer (a node id, or an
@@ -86,10 +91,24 @@ func (r *Registry) Register(ctx context.Context, id string, reg Registration) (p
 	// the msg id only lets this call's own retry after a lost ack land as
 	// a duplicate, so it is fresh each call: a process registered again
 	// after its id was pruned must not be taken for the earlier one.
-	_, dup, err := r.s.Append(ctx, streams.Publication{Subject: subj, Data: body, MsgID: "proc:" + subj + ":1:" + ulid.Make().String()}, 0)
+	seq, dup, err := r.s.Append(ctx, streams.Publication{Subject: subj, Data: body, MsgID: "proc:" + subj + ":1:" + ulid.Make().String()}, 0)
 	created = err == nil && !dup
 	if err != nil && !errors.Is(err, streams.ErrConflict) {
 		return nil, false, fmt.Errorf("process %s: register: %w", clip(id), err)
+	}
+	if created {
+		// The log is this one event: folded here, not read back.
+		stored, err := Decode(body, seq)
+		if err != nil {
+			return nil, false, err
+		}
+		if p, err = fold(id, []Event{stored}); err != nil {
+			return nil, false, err
+		}
+		if adopt := r.adopt.Load(); adopt != nil {
+			(*adopt)(p.clone())
+		}
+		return p, true, nil
 	}
 	p, err = r.Get(ctx, id)
 	if err != nil {

@@ -34,17 +34,23 @@ func (r *Registry) Start(ctx context.Context, id string, l *leases.Lease) (*Run,
 	if err != nil {
 		return nil, err
 	}
-	return r.startOn(ctx, p, l)
+	return r.startOn(ctx, p, l, nil)
 }
 
 // startOn is Start on the caller's fold of the process, which the
 // compare-and-set of the started event proves current or brings up to
+// date; guard, if not nil, may refuse the start on the fold brought up to
 // date.
-func (r *Registry) startOn(ctx context.Context, p *Process, l *leases.Lease) (*Run, error) {
+func (r *Registry) startOn(ctx context.Context, p *Process, l *leases.Lease, guard func(*Process) error) (*Run, error) {
 	if !l.Valid(r.now()) {
 		return nil, fmt.Errorf("process %s: %w", clip(p.ID), leases.ErrLost)
 	}
 	e, _, err := r.appendWith(ctx, p.ID, p, func(p *Process) (Event, error) {
+		if guard != nil {
+			if err := guard(p); err != nil {
+				return Event{}, err
+			}
+		}
 		s := Start{Owner: OwnerOf(l.Owner), Attempt: p.Attempts() + 1, Token: l.Token}
 		return Event{Type: TypeStarted, Token: l.Token, Data: jsonData(s)}, nil
 	})

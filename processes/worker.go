@@ -101,9 +101,11 @@ type Worker struct {
 	// heldBy is the holder of each process lease a claim found busy: a
 	// runner whose start is not on the log yet, watched like the others.
 	heldBy  map[string]leases.Owner
+	applied uint64        // the last sequence the reader folded
 	caught  bool          // the reader has caught up with the stream once
 	caughtC chan struct{} // closed then
 	kick    chan string
+	adoptFn *func(*Process) // handed to the registry while Run runs
 	slots   slots
 	wg      sync.WaitGroup
 }
@@ -117,6 +119,9 @@ var (
 	errCancelRequested = ErrCancelRequested
 	errLeaseLost       = errors.New("processes: lease lost")
 	errEndedElsewhere  = errors.New("processes: ended by another writer")
+	// errMoved: the log moved under a decision, and the facts it rested on
+	// with it; the process is looked at again.
+	errMoved = errors.New("processes: the log moved under the decision")
 )
 
 // NewWorker returns a worker; Run starts it.
@@ -139,8 +144,30 @@ func NewWorker(cfg WorkerConfig) *Worker {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Worker{cfg: cfg, subj: cfg.Store.Subjects(), open: map[string]*Process{}, running: map[string]context.CancelCauseFunc{}, stopped: map[string]uint64{}, heldBy: map[string]leases.Owner{},
+	w := &Worker{cfg: cfg, subj: cfg.Store.Subjects(), open: map[string]*Process{}, running: map[string]context.CancelCauseFunc{}, stopped: map[string]uint64{}, heldBy: map[string]leases.Owner{},
 		caughtC: make(chan struct{}), kick: make(chan string, 1024), slots: newSlots(cfg.MaxRunning)}
+	adopt := w.adopt
+	w.adoptFn = &adopt
+	return w
+}
+
+// adopt takes a process its registry just created as if the reader had
+// delivered its registration, saving the hop through the stream; the
+// reader then passes over what is folded already.
+func (w *Worker) adopt(p *Process) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.caught || p.Head <= w.applied {
+		return // the reader has it, or its catching up looks at everything
+	}
+	if _, ok := w.open[p.ID]; ok {
+		return
+	}
+	w.open[p.ID] = p
+	select {
+	case w.kick <- p.ID:
+	default: // the sweep comes soon
+	}
 }
 
 // Run works until ctx ends. Attempts running then are stopped: owner-bound
@@ -149,6 +176,8 @@ func NewWorker(cfg WorkerConfig) *Worker {
 func (w *Worker) Run(parent context.Context) error {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
+	w.cfg.Registry.adopt.Store(w.adoptFn)
+	defer w.cfg.Registry.adopt.CompareAndSwap(w.adoptFn, nil)
 	readErr := make(chan error, 1)
 	go func() { readErr <- w.read(ctx) }()
 	t := time.NewTicker(w.cfg.Sweep)
@@ -228,7 +257,11 @@ func (w *Worker) apply(m *streams.Msg) (ended *Process, live bool) {
 	e, signed, err := signedEvent(w.cfg.Store, m)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.applied = max(w.applied, m.Seq)
 	p := w.open[pid]
+	if p != nil && m.Seq <= p.Head {
+		return nil, false // adopted from its registry with this event folded
+	}
 	if !signed {
 		w.cfg.Logger.Error("process event set aside: not signed by the deployment", "process", pid, "seq", m.Seq)
 		if p != nil {
@@ -379,29 +412,38 @@ func (w *Worker) consider(ctx context.Context, pid string) {
 	w.running[pid] = cancel
 	w.mu.Unlock()
 	w.wg.Go(func() {
+		var moved bool
 		defer func() {
 			cancel(nil)
 			w.mu.Lock()
 			delete(w.running, pid)
 			w.mu.Unlock()
-			if next := w.slots.give(class); next != "" {
+			next := []string{w.slots.give(class)}
+			if moved {
+				next = append(next, pid) // decided again on the log as the reader folds it
+			}
+			for _, id := range next {
+				if id == "" {
+					continue
+				}
 				select {
-				case w.kick <- next:
+				case w.kick <- id:
 				default: // the sweep comes to it
 				}
 			}
 		}()
-		if err := w.attempt(actx, snap, f); err != nil && ctx.Err() == nil {
+		err := w.attempt(actx, snap, f)
+		if moved = errors.Is(err, errMoved); !moved && err != nil && ctx.Err() == nil {
 			w.cfg.Logger.Warn("process attempt", "process", pid, "action", action, "err", err)
 		}
 	})
 }
 
-// attempt claims the process's lease, decides again on the log as it is
-// then, and acts. p is the worker's fold of the process from the stream:
-// every write below is a compare-and-set at its head, which fails if the
-// fold is behind and brings it up to date (Registry.appendWith), so the
-// decision is made again on the log as it stands.
+// attempt claims the process's lease, decides, and acts. p is the
+// worker's fold of the process from the stream: every write below is a
+// compare-and-set at its head, which fails if the fold is behind and
+// brings it up to date (Registry.appendWith), so the decision is made
+// again on the log as it stands (errMoved when it no longer holds).
 //
 // Every write has a deadline of its own (write), never the attempt's: the
 // work may have run far past any request timeout, or been stopped by a
@@ -437,18 +479,36 @@ func (w *Worker) attempt(ctx context.Context, p *Process, f Facts) error {
 			_ = write(ctx, func(ctx context.Context) error { return w.cfg.Leases.Release(ctx, l) })
 		}
 	}()
-	// Claimed: whatever another runner wrote before is on the log now.
-	if err := w.cfg.Registry.catchUp(ctx, p); err != nil {
-		return err
-	}
+	// Claimed: whatever another runner wrote before is on the log now. The
+	// decision is made on the worker's fold, without reading the log: every
+	// write below is a compare-and-set at the fold's head, and when the log
+	// moved (guard) it is made again on the log as it stands, or, when the
+	// facts it rested on changed, left to the next look.
 	action, why := Recover(p, f)
 	var owner *Owner
 	if p.LastStart != nil {
 		o := p.LastStart.Owner
 		owner = &o
 	}
+	decided, start := p.Head, p.LastStart
+	guard := func(now *Process) error {
+		if now.Head == decided {
+			return nil
+		}
+		if now.LastStart != start {
+			return errMoved
+		}
+		if a, _ := Recover(now, f); a != action || now.Attempts() >= MaxAttempts && action == Execute {
+			return errMoved
+		}
+		decided = now.Head
+		return nil
+	}
 	appendEvent := func(e Event) error {
-		return write(ctx, func(ctx context.Context) error { _, _, err := w.cfg.Registry.Append(ctx, pid, e, p); return err })
+		return write(ctx, func(ctx context.Context) error {
+			_, _, err := w.cfg.Registry.appendWith(ctx, pid, p, func(now *Process) (Event, error) { return e, guard(now) })
+			return err
+		})
 	}
 	switch action {
 	case Leave, FinishRequested:
@@ -464,7 +524,7 @@ func (w *Worker) attempt(ctx context.Context, p *Process, f Facts) error {
 		return appendEvent(Event{Type: TypeAbandoned, Token: l.Token, Data: jsonData(Abandonment{Writer: GaveUp, Owner: owner,
 			Evidence: fmt.Sprintf("%d attempts began and none ended", p.Attempts())})})
 	}
-	run, err := w.cfg.Registry.startOn(ctx, p, l)
+	run, err := w.cfg.Registry.startOn(ctx, p, l, guard)
 	if err != nil {
 		return err
 	}

@@ -35,6 +35,8 @@ type Client struct {
 	// signer, once Sign ran, signs and checks records.
 	signer atomic.Pointer[signKey]
 	refuse atomic.Pointer[error]
+	// replies takes the answers of batched direct gets.
+	replies replyMux
 }
 
 // Open returns a client for the deployment described by cfg and runs

@@ -116,7 +116,7 @@ func TestDirectGetsOnlyOnOneServer(t *testing.T) {
 	for _, replicas := range []int{1, 3} {
 		c := Config{Replicas: replicas}.withDefaults()
 		for s := Stream(0); s < numStreams; s++ {
-			want := s == Sessions && replicas == 1
+			want := (s == Sessions || s == Processes) && replicas == 1
 			if got := c.streamConfig(s).AllowDirect; got != want {
 				t.Errorf("R%d %s: direct gets %v, want %v", replicas, c.streamName(s), got, want)
 			}

@@ -21,8 +21,10 @@ import (
 // asks the leader whether anything follows, so it never waits for a
 // message that is gone.
 //
-// Read goes through a consumer, which on a replicated stream may run on a
-// follower a moment behind the leader. For a filter without wildcards it
+// On a stream that answers direct gets (ADR 0033), a read of one subject
+// without wildcards is batched direct gets: one round trip for up to 256
+// messages. Otherwise Read goes through a consumer, which on a replicated
+// stream may run on a follower a moment behind the leader. For a filter without wildcards it
 // asks the leader first whether anything follows from (no consumer when
 // nothing does) and then for the subject's last message, and reads at
 // least through it, so a read sees every message stored before the call;
@@ -41,6 +43,13 @@ func (c *Client) ReadSubjects(ctx context.Context, filters []string, from uint64
 	st, err := c.streamOf(filters[0])
 	if err != nil {
 		return err
+	}
+	if name, ok := direct(st); ok && len(filters) == 1 && !strings.ContainsAny(filters[0], "*>") {
+		next, err := c.directRead(ctx, st, name, filters[0], from, fn)
+		if !errors.Is(err, errDirectOff) {
+			return err
+		}
+		from = next
 	}
 	// A consumer with nothing to deliver would wait: look first. For exact
 	// subjects the leader's last messages both say whether there is

@@ -82,13 +82,27 @@ func TestReadRange(t *testing.T) {
 	ctx := context.Background()
 	c := open(t, streams.Config{})
 	subj, _ := c.Subjects().SessionInputs("s")
+	other, _ := c.Subjects().SessionInputs("t")
 	var want []uint64
-	for i := range 600 {
+	for i := range 600 { // more than one batch of direct gets, among another subject's
 		seq, _, err := c.Publish(ctx, streams.Publication{Subject: subj, Data: []byte(fmt.Sprint(i))})
 		if err != nil {
 			t.Fatal(err)
 		}
 		want = append(want, seq)
+		if _, _, err := c.Publish(ctx, streams.Publication{Subject: other, Data: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := errors.New("stop")
+	n := 0
+	if err := c.Read(ctx, subj, 0, func(*streams.Msg) error {
+		if n++; n == 300 {
+			return stop
+		}
+		return nil
+	}); err != stop || n != 300 {
+		t.Fatalf("read stopped by its callback after %d: %v, want %v as it is", n, err, stop)
 	}
 	var got []uint64
 	if err := c.Read(ctx, subj, want[100], func(m *streams.Msg) error { got = append(got, m.Seq); return nil }); err != nil {
@@ -96,6 +110,11 @@ func TestReadRange(t *testing.T) {
 	}
 	if len(got) != 500 || got[0] != want[100] || got[499] != want[599] {
 		t.Fatalf("read %d messages from %v to %v", len(got), got[:1], got[len(got)-1:])
+	}
+	for i, seq := range got {
+		if seq != want[100+i] {
+			t.Fatalf("message %d of the read is %d, want %d", i, seq, want[100+i])
+		}
 	}
 	empty, _ := c.Subjects().SessionInputs("nobody")
 	if err := c.Read(ctx, empty, 0, func(*streams.Msg) error { return errors.New("called") }); err != nil {

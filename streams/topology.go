@@ -232,9 +232,9 @@ func (c Config) streamConfig(s Stream) jetstream.StreamConfig {
 		MaxMsgSize: maxMsgSize,
 		// Reads after a conflict must see the leader's state, and a direct
 		// get may be answered by a lagging follower: only a single
-		// server, which is the leader, answers the session stream's reads
-		// directly (ADR 0033).
-		AllowDirect:        s == Sessions && c.Replicas == 1,
+		// server, which is the leader, answers the reads of the session
+		// and process streams directly (ADR 0033).
+		AllowDirect:        (s == Sessions || s == Processes) && c.Replicas == 1,
 		AllowAtomicPublish: true,
 		Metadata:           c.metadata(),
 	}

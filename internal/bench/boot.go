@@ -11,6 +11,7 @@ import (
 	"github.com/lash-run/lash"
 	"github.com/lash-run/lash/lifecycle"
 	"github.com/lash-run/lash/processes"
+	"github.com/lash-run/lash/projector"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/triggers"
 	"github.com/nats-io/nats.go/jetstream"
@@ -188,8 +189,13 @@ func bootOnce(ctx context.Context, e *Env, prefix string) (time.Duration, int64,
 		case <-time.After(time.Millisecond):
 		}
 	}
-	for _, p := range []interface{ CatchUp(context.Context) error }{node.Projection(), node.ProcessProjection()} {
-		if err := p.CatchUp(ctx); err != nil {
+	// The node tails its read models itself: wait for them to fold what is stored.
+	for stream, p := range map[streams.Stream]*projector.Projector{streams.Sessions: node.Projection(), streams.Processes: node.ProcessProjection()} {
+		last, err := node.Streams().LastSeq(ctx, stream)
+		if err != nil {
+			return 0, 0, err
+		}
+		if err := p.WaitFor(ctx, last); err != nil {
 			return 0, 0, err
 		}
 	}

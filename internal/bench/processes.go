@@ -59,8 +59,8 @@ func Processes(ctx context.Context, e *Env, n int) ([]Result, error) {
 	floor := median(cas)
 	return []Result{
 		{Name: "process start to end read (" + e.Mode() + ")", Value: ms(median(round)), Unit: "ms", Floor: ms(floor), Ratio: float64(median(round)) / float64(floor),
-			Note: "register, a worker claims, starts, runs echo, completes, an awaiter reads the end; floor: one CAS publish (the path holds 4 writes, 2 deliveries)"},
+			Note: "register, the node's worker claims, starts, runs echo, completes, an awaiter reads the end; floor: one CAS publish (the path holds 4 writes, 1 delivery)"},
 		{Name: "await of an ended process (" + e.Mode() + ")", Value: ms(median(await)), Unit: "ms", Floor: ms(floor), Ratio: float64(median(await)) / float64(floor),
-			Note: "a leader read and an ordered consumer over its events; floor: one CAS publish"},
+			Note: "one batched direct get of its events; floor: one CAS publish"},
 	}, nil
 }
