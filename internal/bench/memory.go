@@ -3,7 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"runtime"
+	"strings"
 
 	"github.com/lash-run/lash"
 )
@@ -55,4 +57,54 @@ func heap() int64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapAlloc)
+}
+
+// heapApart is the heap in use, after a collection, split into what the
+// embedded nats-server allocated (any frame of its package on the
+// allocation's stack) and the rest (the node and the bench). It reads the
+// runtime's sampled heap profile and scales each record as pprof does, so
+// it is an estimate at the profile's rate.
+func heapApart() (node, server int64) {
+	runtime.GC()
+	runtime.GC()
+	var recs []runtime.MemProfileRecord
+	for {
+		n, ok := runtime.MemProfile(nil, false)
+		recs = make([]runtime.MemProfileRecord, n+64)
+		if n, ok = runtime.MemProfile(recs, false); ok {
+			recs = recs[:n]
+			break
+		}
+	}
+	rate := float64(runtime.MemProfileRate)
+	for i := range recs {
+		r := &recs[i]
+		bytes, objs := r.InUseBytes(), r.InUseObjects()
+		if objs <= 0 || bytes <= 0 {
+			continue
+		}
+		est := float64(bytes)
+		if rate > 1 {
+			est /= 1 - math.Exp(-float64(bytes)/float64(objs)/rate)
+		}
+		if fromServer(r.Stack()) {
+			server += int64(est)
+		} else {
+			node += int64(est)
+		}
+	}
+	return node, server
+}
+
+func fromServer(stack []uintptr) bool {
+	frames := runtime.CallersFrames(stack)
+	for {
+		f, more := frames.Next()
+		if strings.HasPrefix(f.Function, "github.com/nats-io/nats-server/") {
+			return true
+		}
+		if !more {
+			return false
+		}
+	}
 }
