@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -26,24 +25,7 @@ import (
 // a transcript; the work goes on and ends as it would have; lash-admin's
 // quarantine lists each forgery.
 func TestForgeriesSetAside(t *testing.T) {
-	dir := t.TempDir()
-	d := &deployment{t: t, dir: dir}
-	port := freePort(t)
-	d.url = "nats://127.0.0.1:" + port
-	script := d.file("count.script", countScript)
-	node := start(t, "solo", "lash-node", "--script", script, "--data", filepath.Join(dir, "data"), "--listen", "127.0.0.1:"+port,
-		"--http", "off", "--node-id", "solo", "--log-format", "text", "--tool-refresh", "500ms")
-	node.waitLine("lash-node running", 30*time.Second)
-	nc, err := nats.Connect(d.url) // a plain client: no credentials, no secret
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	d.nc = nc
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, node, js := embedded(t, countScript)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	gate := make(chan struct{})
@@ -52,7 +34,7 @@ func TestForgeriesSetAside(t *testing.T) {
 
 	// Work in flight: a background process, a trigger delivery; and a
 	// session with a committed turn.
-	api := nodeapi.NewClient(nc, "")
+	api := nodeapi.NewClient(d.nc, "")
 	if _, err := api.ProcessStart(ctx, nodeapi.ProcessStartRequest{ID: "bg", Tool: "t_count", Args: json.RawMessage(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +42,7 @@ func TestForgeriesSetAside(t *testing.T) {
 	sig := nats.NewMsg("lash.signal.count.1")
 	sig.Header.Set("Nats-Msg-Id", "count-1")
 	sig.Data = []byte(`{}`)
-	if _, err := nc.RequestMsg(sig, 5*time.Second); err != nil {
+	if _, err := d.nc.RequestMsg(sig, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	d.send("s1", "k1", []byte(`{"text":"hello"}`))

@@ -21,6 +21,7 @@ import (
 
 	"github.com/lash-run/lash/testenv"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 var bin struct {
@@ -239,6 +240,32 @@ func newClusterDeployment(t testing.TB, opts ...testenv.Option) *deployment {
 	testenv.SkipClusterUnderRace(t)
 	c := testenv.RunCluster(t, 3, opts...)
 	return &deployment{t: t, url: c.URL(), nc: c.Conn(t), dir: t.TempDir(), replicas: 3}
+}
+
+// embedded starts node "solo" on its embedded server at a free port,
+// running the script with content script, and connects a plain client
+// (no credentials, no secret) to that server.
+func embedded(t *testing.T, script string, extra ...string) (*deployment, *proc, jetstream.JetStream) {
+	t.Helper()
+	dir := t.TempDir()
+	d := &deployment{t: t, dir: dir}
+	port := freePort(t)
+	d.url = "nats://127.0.0.1:" + port
+	args := append([]string{"--script", d.file("node.script", script), "--data", filepath.Join(dir, "data"), "--listen", "127.0.0.1:" + port,
+		"--http", "off", "--node-id", "solo", "--log-format", "text", "--tool-refresh", "500ms"}, extra...)
+	node := start(t, "solo", "lash-node", args...)
+	node.waitLine("lash-node running", 30*time.Second)
+	nc, err := nats.Connect(d.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	d.nc = nc
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, node, js
 }
 
 // file writes a file under the deployment's directory.

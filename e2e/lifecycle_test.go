@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -127,25 +126,7 @@ func TestDeleteLeavesNothing(t *testing.T) {
 		}
 		sessions = n
 	}
-	dir := t.TempDir()
-	d := &deployment{t: t, dir: dir}
-	port := freePort(t)
-	d.url = "nats://127.0.0.1:" + port
-	script := d.file("work.script", lifecycleScript)
-	node := start(t, "solo", "lash-node", "--script", script, "--data", filepath.Join(dir, "data"), "--listen", "127.0.0.1:"+port,
-		"--http", "off", "--node-id", "solo", "--log-format", "text", "--tool-refresh", "500ms",
-		"--retention", "1s", "--sweep-every", "2s")
-	node.waitLine("lash-node running", 30*time.Second)
-	nc, err := nats.Connect(d.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	d.nc = nc
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, node, js := embedded(t, lifecycleScript, "--retention", "1s", "--sweep-every", "2s")
 	big := strings.Repeat(marker+" says a lot. ", 70<<10/len(marker+" says a lot. "))
 	for i := range 4 {
 		tc, err := nats.Connect(d.url, nats.MaxReconnects(-1))
@@ -178,7 +159,7 @@ func TestDeleteLeavesNothing(t *testing.T) {
 			m := nats.NewMsg(fmt.Sprintf("lash.signal.work.%s.%d", name, i))
 			m.Header.Set("Nats-Msg-Id", ids[i])
 			m.Data = []byte(`{"m":"` + marker + `"}`)
-			if _, err := nc.RequestMsg(m, 10*time.Second); err != nil {
+			if _, err := d.nc.RequestMsg(m, 10*time.Second); err != nil {
 				t.Fatal(err)
 			}
 		}

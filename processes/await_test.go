@@ -32,15 +32,9 @@ func (s pruneBeforeTail) Tail(ctx context.Context, st streams.Stream, filters []
 // An await that starts on a running process, ended and pruned before the
 // await follows its log, ends as unknown instead of waiting for ever.
 func TestAwaitOfPrunedProcess(t *testing.T) {
-	srv := testenv.RunJetStream(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := streams.Open(ctx, srv.Conn(t), streams.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, c := openStreams(t)
 	r := New(c, "node")
-	reg := Registration{Input: Input{Kind: External, ExternalRef: "job"}, Disposition: ExternallyOwned, Provenance: Provenance{Host: "h"}}
+	reg := externalJob
 	// An earlier process of the same id, pruned: its mark must not end
 	// the await of the next one.
 	for range 2 {
@@ -86,16 +80,10 @@ func (s *countReads) Tail(ctx context.Context, st streams.Stream, filters []stri
 // second registration of it does, and the await of an ended process is one
 // read and no consumer (ADR 0037).
 func TestRoundTripsOfRegisterAndAwait(t *testing.T) {
-	srv := testenv.RunJetStream(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := streams.Open(ctx, srv.Conn(t), streams.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, c := openStreams(t)
 	s := &countReads{Client: c}
 	r := New(s, "node")
-	reg := Registration{Input: Input{Kind: External, ExternalRef: "job"}, Disposition: ExternallyOwned, Provenance: Provenance{Host: "h"}}
+	reg := externalJob
 	p, created, err := r.Register(ctx, "job", reg)
 	if err != nil || !created || p.Status() != Pending || p.Head == 0 {
 		t.Fatalf("register: %+v, created %v, %v", p, created, err)
@@ -118,3 +106,19 @@ func TestRoundTripsOfRegisterAndAwait(t *testing.T) {
 		t.Fatalf("the await of an ended process made %d reads and %d consumers; want one read", s.reads, s.tails)
 	}
 }
+
+// openStreams opens a deployment's streams on a server of the test's own.
+func openStreams(t *testing.T) (context.Context, *streams.Client) {
+	t.Helper()
+	srv := testenv.RunJetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	c, err := streams.Open(ctx, srv.Conn(t), streams.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, c
+}
+
+// externalJob is work owned outside lash: nothing runs it.
+var externalJob = Registration{Input: Input{Kind: External, ExternalRef: "job"}, Disposition: ExternallyOwned, Provenance: Provenance{Host: "h"}}
