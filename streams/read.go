@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -24,12 +25,14 @@ import (
 // On a stream that answers direct gets (ADR 0033), a read of one subject
 // without wildcards is batched direct gets: one round trip for up to 256
 // messages. Otherwise Read goes through a consumer, which on a replicated
-// stream may run on a follower a moment behind the leader. For a filter without wildcards it
-// asks the leader first whether anything follows from (no consumer when
-// nothing does) and then for the subject's last message, and reads at
-// least through it, so a read sees every message stored before the call;
-// a wildcard read may end a moment behind. Decide writes with Head and
-// NextOnSubject, which ask the leader.
+// stream may run on a follower a moment behind the leader. Read asks the
+// leader first whether anything follows from (no consumer when nothing
+// does). For filters without wildcards it then asks for each subject's
+// last message and reads at least through it; a wildcard read, when the
+// consumer has nothing more, asks the leader whether anything follows
+// the last message read. Either way a read sees every message stored
+// before the call. Decide writes with Head and NextOnSubject, which ask
+// the leader.
 func (c *Client) Read(ctx context.Context, filter string, from uint64, fn func(*Msg) error) error {
 	return c.ReadSubjects(ctx, []string{filter}, from, fn)
 }
@@ -56,6 +59,9 @@ func (c *Client) ReadSubjects(ctx context.Context, filters []string, from uint64
 	// anything to read and how far to read.
 	var through uint64
 	if slices.ContainsFunc(filters, func(f string) bool { return strings.ContainsAny(f, "*>") }) {
+		// How far the leader has is learned at the end, when the
+		// consumer runs dry: one round trip either way.
+		through = math.MaxUint64
 		if _, err := c.NextOnSubjects(ctx, filters, from); errors.Is(err, ErrNotFound) {
 			return nil
 		} else if err != nil {
@@ -87,7 +93,8 @@ func (c *Client) ReadSubjects(ctx context.Context, filters []string, from uint64
 }
 
 // readTail reads what ReadSubjects found there is to read: from from on,
-// at least through through (0 for a wildcard read).
+// at least through through (past the end for a wildcard read, which
+// ends when the leader has nothing after the last message read).
 func (c *Client) readTail(ctx context.Context, st jetstream.Stream, filters []string, from, through uint64, fn func(*Msg) error) error {
 	// A message found before can be gone before the consumer delivers it
 	// (a fired schedule, a purge), and then nothing more comes: the
