@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lash-run/lash/leases"
 	"github.com/lash-run/lash/processes"
 	"github.com/lash-run/lash/provider/scripted"
 	"github.com/lash-run/lash/testenv"
@@ -177,15 +176,7 @@ func TestAwaitRecheckWhileEndTextWaits(t *testing.T) {
 	// with the dispatch stopped, so the text waits.
 	stopServe()
 	<-served
-	key, err := leases.Key("proc", pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := n.leases.Claim(ctx, key, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	run, err := n.procs.Start(ctx, pid, l)
+	run, err := n.procs.Start(ctx, pid, n.leases.Owner())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,7 +86,7 @@ func (n *Node) RunProcesses(ctx context.Context) error {
 		}
 	}()
 	w := processes.NewWorker(processes.WorkerConfig{Registry: n.procs, Leases: n.leases, Store: n.client,
-		Executor: processExecutor{n}, TTL: n.opts.leaseTTL, Concurrency: n.opts.concurrency, Logger: n.opts.logger,
+		Executor: processExecutor{n}, Sweep: n.opts.leaseTTL, Concurrency: n.opts.concurrency, Logger: n.opts.logger,
 		Class: processClass,
 		OnEnd: func(p *processes.Process, live bool) {
 			select {

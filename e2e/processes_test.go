@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -109,10 +108,12 @@ func TestProcessesSurviveKill(t *testing.T) {
 	if err := json.Unmarshal(deploy.Outcome, &why); err != nil || why.Writer != "sweep" || why.Owner.Node != "node-b" || !strings.Contains(why.Evidence, "gone") {
 		t.Fatalf("deploy's abandonment %s: want the sweep, naming node-b and the evidence", deploy.Outcome)
 	}
-	if got := fmt.Sprint(d.processEvents("backup")); got != "[registered started started completed]" {
+	// Registered where it ran first, with attempt 1 started in the
+	// registration.
+	if got := fmt.Sprint(d.processEvents("backup")); got != "[registered started completed]" {
 		t.Fatalf("backup's events %s", got)
 	}
-	if got := fmt.Sprint(d.processEvents("deploy")); got != "[registered started abandoned]" {
+	if got := fmt.Sprint(d.processEvents("deploy")); got != "[registered abandoned]" {
 		t.Fatalf("deploy's events %s", got)
 	}
 	// The rerun came in doubt, and the tool applied each entry once.
@@ -250,9 +251,9 @@ func TestBackgroundToolWakesSession(t *testing.T) {
 }
 
 // silentRunnerEnv makes the test binary a runner that goes silent: it
-// starts the process named by the variable under a lease it never renews,
-// and keeps its node's liveness beating, as a runner stuck in its work
-// would, until it is killed.
+// registers and starts the process named by the variable, writes nothing
+// more, and keeps its node's liveness beating, as a runner stuck in its
+// work would, until it is killed.
 const silentRunnerEnv = "LASH_E2E_SILENT_RUNNER"
 
 func silentRunner(url, pid string) int {
@@ -278,22 +279,13 @@ func silentRunner(url, pid string) int {
 	if err := m.Beat(ctx, 2*time.Second); err != nil {
 		return fail(err)
 	}
-	// The lease first, so no node runs the process once it is registered.
-	l, err := m.Claim(ctx, "proc."+pid, 2*time.Second)
-	if err != nil {
-		return fail(err)
-	}
-	fmt.Println("claimed")
+	// Registered with its first attempt started in one write, so no node
+	// runs it.
 	r := processes.New(c, "silent-node")
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		_, err := r.Start(ctx, pid, l)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, processes.ErrUnknown) || time.Now().After(deadline) {
-			return fail(err)
-		}
-		time.Sleep(10 * time.Millisecond) // a poll until the test registers it
+	reg := processes.Registration{Input: processes.Input{Kind: processes.ToolCall, Tool: "ledger_append", Args: json.RawMessage(`{"entry":"deploy"}`)},
+		Disposition: processes.OwnerBound, Provenance: processes.Provenance{Host: "silent-node"}}
+	if _, _, created, err := r.RegisterStarted(ctx, pid, reg, m.Owner()); err != nil || !created {
+		return fail(fmt.Errorf("registering %s: created %v, %v", pid, created, err))
 	}
 	fmt.Println("started")
 	for {
@@ -304,8 +296,8 @@ func silentRunner(url, pid string) int {
 	}
 }
 
-// Owner-bound work whose runner went silent (its lease lapsed, its node's
-// liveness still beats) is left open and unrun by the nodes' sweeps; once
+// Owner-bound work whose runner went silent (its node's liveness still
+// beats) is left open and unrun by the nodes' sweeps; once
 // the runner is SIGKILLed, its PID proves it dead and the work is marked
 // abandoned, naming it.
 func TestSilentRunnerLeftOpenUntilKilled(t *testing.T) {
@@ -317,14 +309,9 @@ func TestSilentRunnerLeftOpenUntilKilled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	runner := startCmd(t, "silent-runner", []string{silentRunnerEnv + "=deploy", "LASH_E2E_NATS=" + d.url}, exec.Command(os.Args[0], "-test.run=^$"))
-	runner.waitLine("claimed", 30*time.Second)
-	if _, err := api.ProcessStart(ctx, nodeapi.ProcessStartRequest{ID: "deploy", Tool: "ledger_append",
-		Args: json.RawMessage(`{"entry":"deploy"}`), Disposition: "owner_bound"}); err != nil {
-		t.Fatal(err)
-	}
 	runner.waitLine("started", 30*time.Second)
-	// Its lease lapses after 2s; the nodes sweep every 2s. Over four lease
-	// lifetimes the process stays as the runner left it.
+	// The nodes sweep every 2s: over four sweeps and more the process
+	// stays as the runner left it.
 	deadline := time.Now().Add(8 * time.Second)
 	for time.Now().Before(deadline) {
 		info, err := api.ProcessStatus(ctx, "deploy")
@@ -349,7 +336,7 @@ func TestSilentRunnerLeftOpenUntilKilled(t *testing.T) {
 	if err != nil || info.Status != "abandoned" || json.Unmarshal(info.Outcome, &why) != nil || why.Writer != "sweep" || why.Owner.Node != "silent-node" {
 		t.Fatalf("after the kill: %+v (%s), %v; want abandoned by the sweep, naming silent-node", info, info.Outcome, err)
 	}
-	if got := fmt.Sprint(d.processEvents("deploy")); got != "[registered started abandoned]" {
+	if got := fmt.Sprint(d.processEvents("deploy")); got != "[registered abandoned]" {
 		t.Fatalf("events %s", got)
 	}
 }

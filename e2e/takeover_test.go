@@ -126,13 +126,21 @@ func sigkillTakeover(t testing.TB) takeover {
 	// The victim alone runs three slow processes and parks twenty sleeps.
 	started := func(attempt int) func(*nats.Msg) bool {
 		return func(m *nats.Msg) bool {
+			// An attempt starts with its own event, or, the first one run
+			// where it is registered, in the registration.
 			var e struct {
 				Type string `json:"type"`
 				Data struct {
 					Attempt int `json:"attempt"`
 				} `json:"data"`
+				Start *struct {
+					Attempt int `json:"attempt"`
+				} `json:"start"`
 			}
-			return strings.Contains(m.Subject, ".slow-") && json.Unmarshal(m.Data, &e) == nil && e.Type == "started" && e.Data.Attempt == attempt
+			if !strings.Contains(m.Subject, ".slow-") || json.Unmarshal(m.Data, &e) != nil {
+				return false
+			}
+			return e.Type == "started" && e.Data.Attempt == attempt || e.Type == "registered" && e.Start != nil && e.Start.Attempt == attempt
 		}
 	}
 	begun := arrive(t, d.nc, "lash.proc.*.ev", started(1))

@@ -14,12 +14,36 @@ var errEnded = errors.New("ended")
 // ends. It reads the process's log as it stands (on one server one batched
 // direct get, so an ended process costs one round trip), then follows it
 // through a consumer that delivers each event as it is stored, so a
-// terminal written while Await starts is seen. An id nobody registered is
-// ErrUnknown at once, and so is one pruned while awaited.
+// terminal written while Await starts is seen. Beside a running Worker,
+// which follows every process already, it is told the end by the worker
+// instead (watched before the read, so no end falls between), and does
+// not read the log at all when the worker holds the process as not ended
+// (one registered here a moment ago, say). An id
+// nobody registered is ErrUnknown at once, and so is one pruned while
+// awaited.
 func (r *Registry) Await(ctx context.Context, id string) (*Process, error) {
 	subj, err := r.subject(id)
 	if err != nil {
 		return nil, err
+	}
+	var told <-chan *Process
+	if w := r.worker.Load(); w != nil {
+		end, stop, ok, open := w.watch(id)
+		if ok {
+			defer stop()
+			told = end
+		}
+		if open {
+			select {
+			case ended, ok := <-end:
+				if ok {
+					return ended, nil
+				}
+				told = nil // the worker stopped telling: read and follow the log
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
 	}
 	p := &Process{ID: id}
 	var head uint64
@@ -41,6 +65,18 @@ func (r *Registry) Await(ctx context.Context, id string) (*Process, error) {
 		return nil, fmt.Errorf("%w: %s", ErrUnknown, clip(id))
 	case p.End != nil:
 		return p, nil
+	}
+	if told != nil {
+		select {
+		case ended, ok := <-told:
+			if ok {
+				return ended, nil
+			}
+			// The worker stopped telling: follow the log from the start.
+			p, head = &Process{ID: id}, 0
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	// A prune mark newer than the log read says the process was pruned
 	// since: its events will not come.

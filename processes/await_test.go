@@ -2,10 +2,13 @@ package processes
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/lash-run/lash/leases"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/testenv"
 )
@@ -60,19 +63,31 @@ func TestAwaitOfPrunedProcess(t *testing.T) {
 	}
 }
 
-// countReads counts the reads of a process's log.
+// countReads counts the reads of a process's log, and the appends.
 type countReads struct {
 	*streams.Client
-	reads, tails int
+	mu                    sync.Mutex
+	reads, tails, appends int
+}
+
+func (s *countReads) Append(ctx context.Context, p streams.Publication, expect uint64) (uint64, bool, error) {
+	s.mu.Lock()
+	s.appends++
+	s.mu.Unlock()
+	return s.Client.Append(ctx, p, expect)
 }
 
 func (s *countReads) Read(ctx context.Context, filter string, from uint64, fn func(*streams.Msg) error) error {
+	s.mu.Lock()
 	s.reads++
+	s.mu.Unlock()
 	return s.Client.Read(ctx, filter, from, fn)
 }
 
 func (s *countReads) Tail(ctx context.Context, st streams.Stream, filters []string, from uint64, fn func(*streams.Msg, uint64) error) error {
+	s.mu.Lock()
 	s.tails++
+	s.mu.Unlock()
 	return s.Client.Tail(ctx, st, filters, from, fn)
 }
 
@@ -104,6 +119,60 @@ func TestRoundTripsOfRegisterAndAwait(t *testing.T) {
 	}
 	if s.reads != 1 || s.tails != 0 {
 		t.Fatalf("the await of an ended process made %d reads and %d consumers; want one read", s.reads, s.tails)
+	}
+}
+
+type echo struct{}
+
+func (echo) Execute(_ context.Context, run *Run) (json.RawMessage, error) {
+	return run.Registration().Input.Args, nil
+}
+
+// Beside a running worker a call is two writes and no read: the
+// registration carries its first attempt, the outcome is the second, and
+// the awaiter is told the end by the worker (ADR 0037).
+func TestRoundTripsBesideAWorker(t *testing.T) {
+	ctx, c := openStreams(t)
+	s := &countReads{Client: c}
+	r := New(s, "node")
+	m := leases.New(c, leases.LocalOwner("node"))
+	if err := m.Beat(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	w := NewWorker(WorkerConfig{Registry: r, Leases: m, Store: c, Executor: echo{}})
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	defer func() { stop(); <-done }()
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		if r.worker.Load() == nil {
+			return errors.New("the worker does not run yet")
+		}
+		probe := w.reserve("probe", Registration{})
+		if probe == nil {
+			return errors.New("the worker takes no work yet")
+		}
+		probe.drop()
+		return nil
+	})
+	reg := Registration{Input: Input{Kind: ToolCall, Tool: "echo", Args: json.RawMessage(`{"n":1}`)}, Disposition: OwnerBound, Provenance: Provenance{Host: "h"}}
+	p, created, err := r.Register(ctx, "call", reg)
+	if err != nil || !created || !p.InAttempt() || p.LastStart.Owner.Node != "node" {
+		t.Fatalf("register: %+v, created %v, %v; want it created with attempt 1 begun here", p, created, err)
+	}
+	ended, err := r.Await(ctx, "call")
+	if err != nil || ended.Status() != Completed || string(ended.End.Data) != `{"n":1}` || ended.Attempts() != 1 {
+		t.Fatalf("await: %+v, %v", ended, err)
+	}
+	s.mu.Lock()
+	appends, reads, tails := s.appends, s.reads, s.tails
+	s.mu.Unlock()
+	if appends != 2 || reads != 0 || tails != 0 {
+		t.Fatalf("%d appends, %d reads, %d consumers; want 2 appends and nothing read", appends, reads, tails)
+	}
+	evs, err := r.Events(ctx, "call", 0)
+	if err != nil || len(evs) != 2 || evs[0].Start == nil || evs[1].Type != TypeCompleted {
+		t.Fatalf("events %+v, %v; want the registration with its start, then the end", evs, err)
 	}
 }
 

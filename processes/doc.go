@@ -17,42 +17,49 @@
 //     so a repeat of the same one is a no-op and a different one is
 //     ErrTerminal; only grant changes follow it;
 //   - one cancel request and one abandon request, keyed the same way;
-//   - a runner writes under the process's lease (package leases, key
-//     "proc.<pid>"): each attempt begins with a started event carrying the
-//     lease's token, and the log refuses tokens older than the newest it
-//     holds (ErrFenced), so a runner whose lease was superseded can
-//     neither report an outcome nor disturb the new one;
+//   - each attempt begins with a started event naming its runner (a node)
+//     and taking a token one above the newest on the log; its
+//     compare-and-set is the claim. The runner's events carry the token,
+//     and the log refuses tokens older than the newest it holds
+//     (ErrFenced), so a runner taken over from can neither report an
+//     outcome nor disturb the new attempt. A registration may carry the
+//     first attempt's start (token 1), written by the node that runs it;
+//   - released hands an attempt back unfinished (not owner-bound work):
+//     its runner writes nothing more, and any node may start the next;
 //   - owner-bound work starts once; externally owned work never starts,
 //     and its owner reports its end with the ByExternalOwner authority;
 //   - grants (granted, revoked) name the sessions that may address the
 //     process; they are the only events that may follow the terminal;
 //   - abandoned names its writer and evidence: the owner's node draining,
-//     recovery on proof of death or after MaxAttempts attempts that never
-//     ended (all under the lease), or recovery honouring an abandon
-//     request.
+//     recovery on proof that the runner is gone or after MaxAttempts
+//     attempts that never ended (all with a token), or recovery honouring
+//     an abandon request.
 //
 // Running and recovering processes is the Worker's (ADR 0021): it follows
 // the stream, and for each process not ended applies the pure rule of its
-// disposition (Recover): run it (rerunnable, or owner-bound not started),
-// never run it (externally owned), and end started owner-bound work only
-// on proof of its runner's death or an operator's request after the
-// runner's lease lapsed. Elapsed time alone never ends anything. An
-// executor's error marked Retryable hands the attempt back; at most
-// MaxAttempts attempts begin.
+// disposition (Recover): leave an open attempt to its runner while its
+// node is not shown gone, run it (rerunnable, or owner-bound not
+// started), never run it (externally owned), and end started owner-bound
+// work only when its runner is gone (its node's liveness or PID, or its
+// own node's word). Elapsed time alone never ends anything. An executor's
+// error marked Retryable releases the attempt; at most MaxAttempts
+// attempts begin.
 //
-// A process registered where a worker runs is handed to that worker at
-// once (no hop through the stream), and the worker decides on its fold
-// without reading the log again: its writes are compare-and-sets at the
-// fold's head (ADR 0037).
+// A process registered where a worker runs and has a slot for it is
+// registered with its first attempt started in the same write and run at
+// once; one it cannot run yet is handed to it (no hop through the stream).
+// The worker decides on its fold without reading the log again: its
+// writes are compare-and-sets at the fold's head (ADR 0037).
 //
 // Waiting for a process (Await) reads its log (on one server one batched
 // direct get, so an ended process costs one round trip), then follows it
 // through a consumer that delivers events as they are stored: no
-// polling, and no terminal written meanwhile is missed.
+// polling, and no terminal written meanwhile is missed. Beside a running
+// worker, the worker tells it the end instead.
 //
 // Bounds: ids as in package streams (256 bytes), 32 declared event types
 // of at most 64 bytes, 64 KiB of event data or input, 64 sessions holding
-// grants, 10,000 events per process (then only its end, a new attempt or a
-// cancel request). Prune removes the logs of processes that ended before a
+// grants, 10,000 events per process (then only its end, a new attempt,
+// its release or a cancel request). Prune removes the logs of processes that ended before a
 // cutoff, never of one that has not.
 package processes

@@ -40,7 +40,10 @@ type Process struct {
 	FirstStart *Start
 	LastStart  *Start
 	StartedAt  time.Time
-	// Token is the newest lease token on the log: writes with an older
+	// Released: the newest attempt's runner handed it back unfinished;
+	// nobody runs it until the next attempt starts.
+	Released bool
+	// Token is the newest fencing token on the log: writes with an older
 	// one are fenced.
 	Token            uint64
 	Waiting          bool
@@ -75,11 +78,15 @@ func (p *Process) Status() Status {
 		return Status(p.End.Type)
 	case p.Waiting:
 		return Waiting
-	case p.LastStart != nil:
+	case p.InAttempt():
 		return Running
 	}
 	return Pending
 }
+
+// InAttempt reports whether an attempt started that has neither ended nor
+// been handed back: its runner, while it lives, runs the process.
+func (p *Process) InAttempt() bool { return p.LastStart != nil && !p.Released && p.End == nil }
 
 // Granted reports whether session may address the process.
 func (p *Process) Granted(session string) bool { return slices.Contains(p.Grants, session) }
@@ -154,6 +161,9 @@ func (p *Process) apply(e Event) error {
 	if (e.N == 1) != (e.Type == TypeRegistered) {
 		return corrupt("the registration is the first event and only the first (type %q)", e.Type)
 	}
+	if e.Start != nil && e.Type != TypeRegistered {
+		return corrupt("a %s event carries a start", e.Type)
+	}
 	if k := keyOf(e.Type); e.Key != k && (k != "" || reserved(e.Key)) {
 		return corrupt("a %s event with key %q", e.Type, clip(e.Key))
 	}
@@ -163,6 +173,12 @@ func (p *Process) apply(e Event) error {
 			return corrupt("registration: %v", err)
 		}
 		p.Hash, p.Registered, p.Origin = e.Hash, e.At, e.Seq
+		if st := e.Start; st != nil {
+			if p.Registration.Disposition == ExternallyOwned || st.Attempt != 1 || st.Token == 0 || st.Token != e.Token {
+				return corrupt("a registration that starts attempt %d under token %d (event token %d) of %s work", st.Attempt, st.Token, e.Token, p.Registration.Disposition)
+			}
+			p.FirstStart, p.LastStart, p.StartedAt = st, st, e.At
+		}
 		for _, s := range []string{p.Registration.Provenance.Session, p.Registration.WakeTarget} {
 			if s != "" && !p.Granted(s) {
 				p.Grants = append(p.Grants, s)
@@ -176,7 +192,9 @@ func (p *Process) apply(e Event) error {
 		if p.FirstStart == nil {
 			p.FirstStart, p.StartedAt = &s, e.At
 		}
-		p.LastStart, p.Waiting = &s, false
+		p.LastStart, p.Waiting, p.Released = &s, false, false
+	case TypeReleased:
+		p.Released, p.Waiting = true, false
 	case TypeWaiting:
 		p.Waiting = true
 	case TypeResumed:
@@ -240,8 +258,8 @@ func (p *Process) check(e *Event) (duplicate bool, err error) {
 	refuse := func(sentinel error, format string, a ...any) (bool, error) {
 		return false, fmt.Errorf("%w: process %s: %s", sentinel, p.ID, fmt.Sprintf(format, a...))
 	}
-	if e.Type == TypeRegistered {
-		return refuse(ErrInvalid, "a registration is written by Register only")
+	if e.Type == TypeRegistered || e.Start != nil {
+		return refuse(ErrInvalid, "a registration, and a start in one, is written by Register only")
 	}
 	if err := checkType(e.Type); err != nil {
 		return refuse(ErrInvalid, "%v", err)
@@ -277,8 +295,8 @@ func (p *Process) check(e *Event) (duplicate bool, err error) {
 	if p.End != nil && e.Type != TypeGranted && e.Type != TypeRevoked {
 		return refuse(ErrTerminal, "it ended %s", p.End.Type)
 	}
-	if p.Events >= MaxEvents && !Terminal(e.Type) && e.Type != TypeCancelRequested && e.Type != TypeStarted {
-		return refuse(ErrRefused, "it has %d events, the most a process may have; only its end, an attempt or a cancel request is taken", p.Events)
+	if p.Events >= MaxEvents && !Terminal(e.Type) && e.Type != TypeCancelRequested && e.Type != TypeStarted && e.Type != TypeReleased {
+		return refuse(ErrRefused, "it has %d events, the most a process may have; only its end, an attempt, its release or a cancel request is taken", p.Events)
 	}
 	if err := p.checkWriter(e); err != nil {
 		return false, err
@@ -294,10 +312,10 @@ func (p *Process) checkWriter(e *Event) error {
 	}
 	disp := p.Registration.Disposition
 	if e.Token != 0 && e.Token < p.Token {
-		return refuse(ErrFenced, "lease token %d, the log holds %d", e.Token, p.Token)
+		return refuse(ErrFenced, "token %d, the log holds %d", e.Token, p.Token)
 	}
-	if e.Token != 0 && e.Authority != ByLease {
-		return refuse(ErrInvalid, "an event carries a lease token or an authority, not both")
+	if e.Token != 0 && e.Authority != ByRunner {
+		return refuse(ErrInvalid, "an event carries a token or an authority, not both")
 	}
 	switch e.Type {
 	case TypeStarted:
@@ -307,15 +325,25 @@ func (p *Process) checkWriter(e *Event) error {
 		}
 		switch {
 		case e.Token == 0 || s.Token != e.Token:
-			return refuse(ErrInvalid, "a start is written under a lease and names its token")
+			return refuse(ErrInvalid, "a start carries a token and names it")
 		case disp == ExternallyOwned:
 			return refuse(ErrRefused, "externally owned work is never run by lash")
 		case disp == OwnerBound && p.FirstStart != nil:
 			return refuse(ErrRefused, "owner-bound work started once (attempt 1 by %s) and is never run again", p.FirstStart.Owner.Node)
 		case e.Token == p.Token:
-			return refuse(ErrFenced, "lease token %d started an attempt already", e.Token)
+			return refuse(ErrFenced, "token %d is taken already; a start takes a newer one", e.Token)
 		case s.Attempt != p.Attempts()+1:
 			return refuse(ErrInvalid, "attempt %d after %d", s.Attempt, p.Attempts())
+		}
+		return nil
+	case TypeReleased:
+		switch {
+		case p.LastStart == nil || e.Token == 0 || p.LastStart.Token != e.Token:
+			return refuse(ErrFenced, "only the runner of the newest attempt hands it back")
+		case p.Released:
+			return refuse(ErrRefused, "attempt %d was handed back already", p.LastStart.Attempt)
+		case disp == OwnerBound:
+			return refuse(ErrRefused, "owner-bound work is never run again: its runner abandons it instead")
 		}
 		return nil
 	case TypeCancelRequested, TypeAbandonRequested:
@@ -339,8 +367,8 @@ func (p *Process) checkWriter(e *Event) error {
 		return nil
 	case TypeCompleted, TypeFailed:
 		if e.Token != 0 {
-			if p.LastStart == nil || p.LastStart.Token != e.Token {
-				return refuse(ErrFenced, "only the runner of the newest attempt reports its outcome")
+			if p.LastStart == nil || p.LastStart.Token != e.Token || p.Released {
+				return refuse(ErrFenced, "only the runner of the newest attempt, not handed back, reports its outcome")
 			}
 			return nil
 		}
@@ -356,7 +384,7 @@ func (p *Process) checkWriter(e *Event) error {
 		switch a.Writer {
 		case OwnerDrain, Sweep, GaveUp:
 			if e.Token == 0 {
-				return refuse(ErrRefused, "%s abandons under the process's lease", a.Writer)
+				return refuse(ErrRefused, "%s abandons with a token", a.Writer)
 			}
 		case ReconciledRequest:
 			if p.AbandonRequested == nil {
@@ -371,13 +399,13 @@ func (p *Process) checkWriter(e *Event) error {
 		if e.Authority == ByReconciledRequest && disp == ExternallyOwned {
 			return nil
 		}
-		return refuse(ErrRefused, "abandoning %s work without its lease", disp)
+		return refuse(ErrRefused, "abandoning %s work without a token", disp)
 	default:
 		// Progress: the newest attempt's runner, or the owner of external
 		// work.
 		if e.Token != 0 {
-			if p.LastStart == nil || p.LastStart.Token != e.Token {
-				return refuse(ErrFenced, "only the runner of the newest attempt writes its progress")
+			if p.LastStart == nil || p.LastStart.Token != e.Token || p.Released {
+				return refuse(ErrFenced, "only the runner of the newest attempt, not handed back, writes its progress")
 			}
 			return nil
 		}
@@ -386,9 +414,9 @@ func (p *Process) checkWriter(e *Event) error {
 		}
 		return refuse(ErrRefused, "%s is written by the process's runner", e.Type)
 	}
-	// An unleased outcome.
+	// An outcome without a token.
 	if e.Authority == ByExternalOwner && disp == ExternallyOwned {
 		return nil
 	}
-	return refuse(ErrRefused, "a %s event needs the process's lease, or the external owner's authority for externally owned work", e.Type)
+	return refuse(ErrRefused, "a %s event needs its runner's token, or the external owner's authority for externally owned work", e.Type)
 }

@@ -48,7 +48,15 @@ func TestCheckRules(t *testing.T) {
 		{"start with an older token", logOf(t, job, started(5, 1)), started(4, 2), ErrFenced, false},
 		{"start twice with one token", logOf(t, job, started(5, 1)), started(5, 2), ErrFenced, false},
 		{"start with a wrong attempt", logOf(t, job, started(5, 1)), started(9, 3), ErrInvalid, false},
-		{"start without a lease", logOf(t, job), Event{Type: TypeStarted, Data: jsonData(Start{Attempt: 1})}, ErrInvalid, false},
+		{"start without a token", logOf(t, job), Event{Type: TypeStarted, Data: jsonData(Start{Attempt: 1})}, ErrInvalid, false},
+		{"release by the runner", logOf(t, job, started(5, 1)), Event{Type: TypeReleased, Token: 5}, nil, false},
+		{"release by an older runner", logOf(t, job, started(5, 1), started(9, 2)), Event{Type: TypeReleased, Token: 5}, ErrFenced, false},
+		{"release twice", logOf(t, job, started(5, 1), Event{Type: TypeReleased, Token: 5}), Event{Type: TypeReleased, Token: 5}, ErrRefused, false},
+		{"release of owner-bound work", logOf(t, bound, started(5, 1)), Event{Type: TypeReleased, Token: 5}, ErrRefused, false},
+		{"progress after the release", logOf(t, job, started(5, 1), Event{Type: TypeReleased, Token: 5}), Event{Type: "progress", Token: 5}, ErrFenced, false},
+		{"completion after the release", logOf(t, job, started(5, 1), Event{Type: TypeReleased, Token: 5}), Event{Type: TypeCompleted, Token: 5}, ErrFenced, false},
+		{"the next attempt after the release", logOf(t, job, started(5, 1), Event{Type: TypeReleased, Token: 5}), started(6, 2), nil, false},
+		{"a start carried by another event", logOf(t, job), Event{Type: "progress", Start: &Start{Attempt: 1, Token: 1}}, ErrInvalid, false},
 		{"second start of owner-bound work", logOf(t, bound, started(5, 1)), started(9, 2), ErrRefused, false},
 		{"start of external work", logOf(t, ext), started(5, 1), ErrRefused, false},
 		{"progress by the runner", logOf(t, job, started(5, 1)), Event{Type: "progress", Token: 5}, nil, false},
@@ -119,6 +127,7 @@ func TestEventLimit(t *testing.T) {
 
 func TestFoldRefusesImpossibleLogs(t *testing.T) {
 	reg := jsonData(Registration{Input: Input{Kind: External, ExternalRef: "r"}, Disposition: ExternallyOwned, Provenance: Provenance{Host: "h"}})
+	job := jsonData(Registration{Input: Input{Kind: ToolCall, Tool: "t"}, Disposition: Rerunnable, Provenance: Provenance{Host: "h"}})
 	logs := map[string][]Event{
 		"a gap":                      {{N: 1, Type: TypeRegistered, Data: reg}, {N: 3, Type: TypeWaiting}},
 		"no registration first":      {{N: 1, Type: TypeWaiting}},
@@ -126,11 +135,20 @@ func TestFoldRefusesImpossibleLogs(t *testing.T) {
 		"two terminals":              {{N: 1, Type: TypeRegistered, Data: reg}, {N: 2, Type: TypeCompleted, Key: KeyTerminal}, {N: 3, Type: TypeFailed, Key: KeyTerminal}},
 		"a terminal without its key": {{N: 1, Type: TypeRegistered, Data: reg}, {N: 2, Type: TypeCompleted}},
 		"unreadable start":           {{N: 1, Type: TypeRegistered, Data: reg}, {N: 2, Type: TypeStarted, Data: json.RawMessage(`[]`)}},
+		"external work started in its registration":  {{N: 1, Type: TypeRegistered, Data: reg, Token: 1, Start: &Start{Attempt: 1, Token: 1}}},
+		"a registration's start under another token": {{N: 1, Type: TypeRegistered, Data: job, Token: 2, Start: &Start{Attempt: 1, Token: 1}}},
+		"a registration's start of attempt 2":        {{N: 1, Type: TypeRegistered, Data: job, Token: 1, Start: &Start{Attempt: 2, Token: 1}}},
+		"a start on another event":                   {{N: 1, Type: TypeRegistered, Data: job}, {N: 2, Type: TypeWaiting, Start: &Start{Attempt: 1, Token: 1}}},
 	}
 	for name, evs := range logs {
 		if _, err := fold("p", evs); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: fold = %v, want ErrCorrupt", name, err)
 		}
+	}
+	// A registration that starts attempt 1, as its runner writes it.
+	p, err := fold("p", []Event{{N: 1, Type: TypeRegistered, Data: job, Token: 1, Start: &Start{Owner: Owner{Node: "n"}, Attempt: 1, Token: 1}}})
+	if err != nil || !p.InAttempt() || p.Attempts() != 1 || p.Token != 1 || p.Status() != Running {
+		t.Errorf("a registration with its start: %+v, %v; want attempt 1 running under token 1", p, err)
 	}
 	if _, err := fold("p", nil); !errors.Is(err, ErrUnknown) {
 		t.Errorf("an empty log: %v, want ErrUnknown", err)

@@ -43,6 +43,7 @@ const (
 const (
 	TypeRegistered       = "registered"
 	TypeStarted          = "started"
+	TypeReleased         = "released"
 	TypeWaiting          = "waiting"
 	TypeResumed          = "resumed"
 	TypeCancelRequested  = "cancel_requested"
@@ -64,7 +65,7 @@ const (
 )
 
 var builtin = map[string]bool{
-	TypeRegistered: true, TypeStarted: true, TypeWaiting: true, TypeResumed: true,
+	TypeRegistered: true, TypeStarted: true, TypeReleased: true, TypeWaiting: true, TypeResumed: true,
 	TypeCancelRequested: true, TypeAbandonRequested: true, TypeGranted: true, TypeRevoked: true,
 	TypeCompleted: true, TypeFailed: true, TypeCancelled: true, TypeAbandoned: true,
 }
@@ -314,18 +315,18 @@ type Owner struct {
 	PID         int    `json:"pid,omitempty"`
 }
 
-// OwnerOf names a lease owner in events.
+// OwnerOf names a node (its lease owner) in events.
 func OwnerOf(o leases.Owner) Owner {
 	return Owner{Node: o.ID, Incarnation: o.Incarnation, Host: o.Host, Boot: o.Boot, PID: o.PID}
 }
 
-// Lease is the lease owner an event names back, for liveness checks.
+// Lease is the node an event names, for liveness checks.
 func (o Owner) Lease() leases.Owner {
 	return leases.Owner{ID: o.Node, Incarnation: o.Incarnation, Host: o.Host, Boot: o.Boot, PID: o.PID}
 }
 
 // Start is the data of a started event: who runs this attempt, under
-// which lease token.
+// which fencing token (one more than the newest on the log before it).
 type Start struct {
 	Owner   Owner  `json:"owner"`
 	Attempt int    `json:"attempt"`
@@ -357,10 +358,11 @@ type AbandonWriter string
 const (
 	// OwnerDrain: the runner's own node, shutting down.
 	OwnerDrain AbandonWriter = "owner_drain"
-	// Sweep: recovery, on proof that the runner is dead.
+	// Sweep: recovery, on proof that the runner is gone (dead, or its own
+	// node's word that it no longer runs the attempt).
 	Sweep AbandonWriter = "sweep"
-	// ReconciledRequest: recovery, on an abandon request, after the
-	// runner's lease lapsed.
+	// ReconciledRequest: recovery, on an abandon request, once no runner
+	// runs the work.
 	ReconciledRequest AbandonWriter = "reconciled_request"
 	// GaveUp: recovery, after MaxAttempts attempts began and none ended.
 	GaveUp AbandonWriter = "gave_up"
@@ -377,17 +379,17 @@ type Abandonment struct {
 	Evidence string `json:"evidence"`
 }
 
-// Authority is what entitles an unleased terminal write.
+// Authority is what entitles a terminal write that carries no token.
 type Authority string
 
 const (
-	// ByLease: a runner holding the process's lease (its token is on the
-	// event).
-	ByLease Authority = ""
+	// ByRunner: the runner of the newest attempt, or recovery taking over
+	// from it (its token is on the event).
+	ByRunner Authority = ""
 	// ByExternalOwner: the owner of externally owned work reports its end.
 	ByExternalOwner Authority = "external_owner"
 	// ByReconciledRequest: recovery turns an abandon request into an
-	// abandoned event once the runner's lease lapsed.
+	// abandoned event once no runner runs the work.
 	ByReconciledRequest Authority = "reconciled_request"
 )
 
@@ -401,8 +403,9 @@ type Event struct {
 	// Key makes the event idempotent: at most one event per key, and a
 	// repeat with the same content is a no-op.
 	Key string `json:"key,omitempty"`
-	// Token is the lease token of the runner that wrote it, if a runner
-	// did: the log refuses tokens older than the newest it holds.
+	// Token is the fencing token of the runner that wrote it, if a runner
+	// (or recovery) did: the log refuses tokens older than the newest it
+	// holds.
 	Token     uint64          `json:"token,omitempty"`
 	Authority Authority       `json:"authority,omitempty"`
 	By        string          `json:"by"`
@@ -410,6 +413,10 @@ type Event struct {
 	Data      json.RawMessage `json:"data,omitempty"`
 	// Hash of the registration, on the registered event only.
 	Hash string `json:"hash,omitempty"`
+	// Start, on a registration only, is the first attempt, begun by the
+	// node that registered the process in the same write (its token is
+	// the event's).
+	Start *Start `json:"start,omitempty"`
 
 	Seq uint64 `json:"-"`
 }

@@ -9,38 +9,39 @@ import (
 type Action string
 
 const (
-	// Leave it: it ended, a live runner has it, or nothing proves its
-	// started runner gone.
+	// Leave it: it ended, a runner that may be alive runs it, or it is
+	// externally owned and nobody asked to end it.
 	Leave Action = "leave"
-	// Execute: claim the lease and run an attempt.
+	// Execute: start an attempt and run it.
 	Execute Action = "execute"
-	// CancelRun: claim the lease and end it cancelled, as requested,
-	// without running it (again).
+	// CancelRun: end it cancelled, as requested, without running it
+	// (again).
 	CancelRun Action = "cancel"
-	// AbandonDead: reclaim the lease of a runner proved dead and mark the
-	// started work abandoned (writer sweep).
+	// AbandonDead: mark started owner-bound work whose runner is gone
+	// abandoned (writer sweep).
 	AbandonDead Action = "abandon_dead"
-	// AbandonLapsed: claim the lapsed lease and honour the abandon request
-	// (writer reconciled_request).
-	AbandonLapsed Action = "abandon_lapsed"
+	// HonourAbandon: mark started owner-bound work whose runner is gone
+	// abandoned as an operator requested (writer reconciled_request).
+	HonourAbandon Action = "honour_abandon"
 	// FinishRequested: honour the abandon request of externally owned work,
-	// which has no lease.
+	// which lash never runs.
 	FinishRequested Action = "finish_requested"
 )
 
 // Facts are what recovery learns outside the process's log.
 type Facts struct {
-	// OwnerDead is evidence that the runner of the newest attempt is gone
-	// (leases.Manager.DeathEvidence), or "".
-	OwnerDead string
+	// RunnerGone is evidence that the runner of the newest attempt no
+	// longer runs it: its node's liveness or PID gone
+	// (leases.Manager.DeathEvidence), or its own node's word. "" when
+	// nothing shows it.
+	RunnerGone string
 }
 
 // Recover decides what recovery does with p, by its disposition. It never
-// decides on elapsed time: a lease that lapsed lets a claim succeed, which
-// lets work that may be run again run, and an operator's request be
-// honoured; it never ends started owner-bound work by itself. Whether a
-// live runner holds the lease is the claim's to find (it is then Busy,
-// and recovery leaves the process).
+// decides on elapsed time: an attempt whose runner is not shown gone is
+// left to it, however long it runs (its runner's node ends it, or dies
+// and is shown dead). Work that may run again runs again; started
+// owner-bound work is only ever abandoned.
 func Recover(p *Process, f Facts) (Action, string) {
 	switch {
 	case p.Ended():
@@ -50,14 +51,13 @@ func Recover(p *Process, f Facts) (Action, string) {
 			return FinishRequested, fmt.Sprintf("abandon request, event %d", p.AbandonRequested.N)
 		}
 		return Leave, "lash never runs externally owned work"
+	case p.InAttempt() && f.RunnerGone == "":
+		return Leave, fmt.Sprintf("the runner of attempt %d is not shown gone", p.LastStart.Attempt)
 	case p.Registration.Disposition == OwnerBound && p.Started():
-		switch {
-		case f.OwnerDead != "":
-			return AbandonDead, f.OwnerDead
-		case p.AbandonRequested != nil:
-			return AbandonLapsed, fmt.Sprintf("abandon request, event %d, after the runner's lease lapsed", p.AbandonRequested.N)
+		if p.AbandonRequested != nil {
+			return HonourAbandon, fmt.Sprintf("abandon request, event %d; %s", p.AbandonRequested.N, f.RunnerGone)
 		}
-		return Leave, "started owner-bound work whose runner is not proved gone"
+		return AbandonDead, f.RunnerGone
 	case p.CancelRequested != nil:
 		return CancelRun, cancelReason(p.CancelRequested)
 	}

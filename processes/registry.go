@@ -18,6 +18,7 @@ type Store interface {
 	Subjects() streams.Subjects
 	Append(ctx context.Context, p streams.Publication, expect uint64) (seq uint64, duplicate bool, err error)
 	Head(ctx context.Context, subject string) (*streams.Msg, error)
+	NextOnSubjects(ctx context.Context, subjects []string, seq uint64) (*streams.Msg, error)
 	Read(ctx context.Context, filter string, from uint64, fn func(*streams.Msg) error) error
 	Tail(ctx context.Context, s streams.Stream, filters []string, from uint64, fn func(m *streams.Msg, pending uint64) error) error
 	Purge(ctx context.Context, filter string) error
@@ -39,10 +40,11 @@ type Registry struct {
 	s      Store
 	writer string
 	now    func() time.Time
-	// adopt, when a worker runs beside the registry, is handed each
-	// process this registry created, so the worker need not wait for its
-	// follower to deliver the registration.
-	adopt atomic.Pointer[func(*Process)]
+	// worker, while one runs beside the registry (Worker.Run), begins
+	// the processes this registry creates that it can run at once, and is
+	// handed the others, so it need not wait for its follower to deliver
+	// them.
+	worker atomic.Pointer[Worker]
 }
 
 // New returns a registry whose writes name writer (a node id, or an
@@ -62,7 +64,46 @@ func (r *Registry) subject(id string) (string, error) {
 // Register records a process under id, unless it is there: the same
 // registration again returns the process as it stands with created
 // false; another registration under the same id is ErrConflict.
+//
+// Beside a running Worker with a slot free for it, the registration also
+// starts the process's first attempt, run by that worker, in the same
+// write (ADR 0037).
 func (r *Registry) Register(ctx context.Context, id string, reg Registration) (p *Process, created bool, err error) {
+	w := r.worker.Load()
+	if w == nil || reg.Disposition == ExternallyOwned {
+		return r.register(ctx, id, reg, nil)
+	}
+	t := w.reserve(id, reg)
+	if t == nil {
+		return r.register(ctx, id, reg, nil)
+	}
+	st := Start{Owner: OwnerOf(w.cfg.Leases.Owner()), Attempt: 1, Token: 1}
+	p, created, err = r.register(ctx, id, reg, &st)
+	if err != nil || !created {
+		t.drop()
+		return p, created, err
+	}
+	t.begin(p, &Run{r: r, p: p.clone(), start: st})
+	return p, true, nil
+}
+
+// RegisterStarted is Register with the first attempt begun by runner in
+// the same write, for a runner that does the work itself; run is nil when
+// the process was registered already (created false).
+func (r *Registry) RegisterStarted(ctx context.Context, id string, reg Registration, runner leases.Owner) (p *Process, run *Run, created bool, err error) {
+	if reg.Disposition == ExternallyOwned {
+		return nil, nil, false, fmt.Errorf("%w: externally owned work is never run by lash", ErrRefused)
+	}
+	st := Start{Owner: OwnerOf(runner), Attempt: 1, Token: 1}
+	if p, created, err = r.register(ctx, id, reg, &st); err != nil || !created {
+		return p, nil, created, err
+	}
+	return p, &Run{r: r, p: p.clone(), start: st}, true, nil
+}
+
+// register writes the registration, with start, if not nil, as its
+// first attempt.
+func (r *Registry) register(ctx context.Context, id string, reg Registration, start *Start) (p *Process, created bool, err error) {
 	subj, err := r.subject(id)
 	if err != nil {
 		return nil, false, err
@@ -82,7 +123,10 @@ func (r *Registry) Register(ctx context.Context, id string, reg Registration) (p
 	if err != nil {
 		return nil, false, err
 	}
-	e := Event{V: Version, N: 1, Type: TypeRegistered, By: r.writer, At: r.now().UTC(), Data: data, Hash: hash}
+	e := Event{V: Version, N: 1, Type: TypeRegistered, By: r.writer, At: r.now().UTC(), Data: data, Hash: hash, Start: start}
+	if start != nil {
+		e.Token = start.Token
+	}
 	body, err := json.Marshal(e)
 	if err != nil {
 		return nil, false, err
@@ -90,9 +134,10 @@ func (r *Registry) Register(ctx context.Context, id string, reg Registration) (p
 	// The compare-and-set at 0 and the hash make registration idempotent;
 	// the msg id only lets this call's own retry after a lost ack land as
 	// a duplicate, so it is fresh each call: a process registered again
-	// after its id was pruned must not be taken for the earlier one.
-	seq, dup, err := r.s.Append(ctx, streams.Publication{Subject: subj, Data: body, MsgID: "proc:" + subj + ":1:" + ulid.Make().String()}, 0)
-	created = err == nil && !dup
+	// after its id was pruned must not be taken for the earlier one. A
+	// duplicate is then this call's own write.
+	seq, _, err := r.s.Append(ctx, streams.Publication{Subject: subj, Data: body, MsgID: "proc:" + subj + ":1:" + ulid.Make().String()}, 0)
+	created = err == nil
 	if err != nil && !errors.Is(err, streams.ErrConflict) {
 		return nil, false, fmt.Errorf("process %s: register: %w", clip(id), err)
 	}
@@ -105,8 +150,8 @@ func (r *Registry) Register(ctx context.Context, id string, reg Registration) (p
 		if p, err = fold(id, []Event{stored}); err != nil {
 			return nil, false, err
 		}
-		if adopt := r.adopt.Load(); adopt != nil {
-			(*adopt)(p.clone())
+		if w := r.worker.Load(); w != nil && start == nil {
+			w.adopt(p.clone())
 		}
 		return p, true, nil
 	}
@@ -395,8 +440,9 @@ func (r *Registry) RequestCancel(ctx context.Context, id, reason string) (*Event
 }
 
 // RequestAbandon records an operator's request that a process whose
-// runner is gone be marked abandoned. Recovery honours it once the
-// runner's lease has lapsed; the request alone ends nothing.
+// runner is gone be marked abandoned. Recovery honours it once no runner
+// runs the work (never started, its runner proved dead, or its runner's
+// own node says it stopped); the request alone ends nothing.
 func (r *Registry) RequestAbandon(ctx context.Context, id, reason string) (*Event, error) {
 	if len(reason) > MaxTextBytes {
 		return nil, fmt.Errorf("%w: reason of %d bytes, at most %d", ErrInvalid, len(reason), MaxTextBytes)
@@ -460,18 +506,8 @@ var errUnchanged = errors.New("unchanged")
 // of externally owned work reports its outcome (ByExternalOwner), or
 // recovery abandons it on a request (ByReconciledRequest).
 func (r *Registry) Finish(ctx context.Context, id string, typ string, data any, by Authority) (*Event, bool, error) {
-	if !Terminal(typ) || by == ByLease {
+	if !Terminal(typ) || by == ByRunner {
 		return nil, false, fmt.Errorf("%w: Finish writes a terminal event with an authority", ErrInvalid)
 	}
 	return r.Append(ctx, id, Event{Type: typ, Authority: by, Data: jsonData(data)}, nil)
-}
-
-// Abandon marks the process abandoned under l, the process's lease: a
-// node draining its own work, or recovery that reclaimed the lease on
-// proof of the runner's death or after its lapse.
-func (r *Registry) Abandon(ctx context.Context, id string, l *leases.Lease, a Abandonment) (*Event, bool, error) {
-	if l == nil {
-		return nil, false, fmt.Errorf("%w: Abandon needs the process's lease", ErrInvalid)
-	}
-	return r.Append(ctx, id, Event{Type: TypeAbandoned, Token: l.Token, Data: jsonData(a)}, nil)
 }

@@ -8,76 +8,67 @@ import (
 	"github.com/lash-run/lash/leases"
 )
 
-// Run is one attempt at a process by the holder of its lease. Every event
-// it writes carries the lease's token, so once a newer holder started
-// another attempt (or recovery ended the process) its writes are refused
-// with ErrFenced or ErrTerminal: it must stop.
+// Run is one attempt at a process. Its started event took the attempt's
+// fencing token (one more than the newest on the log), and every event
+// the run writes carries it, so once another attempt started (or recovery
+// ended the process) its writes are refused with ErrFenced or ErrTerminal:
+// it must stop.
 type Run struct {
 	r     *Registry
-	lease *leases.Lease
 	p     *Process
-	start *Event
+	start Start
 }
 
-// Start begins an attempt at the process under l, its lease (claimed with
-// leases.Key("proc", id)), by appending its started event. It refuses
-// ended processes, externally owned ones, and owner-bound ones that
-// started before.
-func (r *Registry) Start(ctx context.Context, id string, l *leases.Lease) (*Run, error) {
-	if l == nil {
-		return nil, fmt.Errorf("%w: Start needs the process's lease", ErrInvalid)
-	}
-	if !l.Valid(r.now()) {
-		return nil, fmt.Errorf("process %s: %w", clip(id), leases.ErrLost)
-	}
+// Start begins an attempt at the process, run by runner (a node's lease
+// owner, whose liveness says whether the attempt may still be running),
+// by appending its started event. It refuses ended processes, externally
+// owned ones, and owner-bound ones that started before. Whether another
+// runner still runs an earlier attempt is the caller's to decide first
+// (Recover, with that runner's death evidence): a start fences it out.
+func (r *Registry) Start(ctx context.Context, id string, runner leases.Owner) (*Run, error) {
 	p, err := r.Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	return r.startOn(ctx, p, l, nil)
+	return r.startOn(ctx, p, runner, nil)
 }
 
 // startOn is Start on the caller's fold of the process, which the
 // compare-and-set of the started event proves current or brings up to
 // date; guard, if not nil, may refuse the start on the fold brought up to
-// date.
-func (r *Registry) startOn(ctx context.Context, p *Process, l *leases.Lease, guard func(*Process) error) (*Run, error) {
-	if !l.Valid(r.now()) {
-		return nil, fmt.Errorf("process %s: %w", clip(p.ID), leases.ErrLost)
-	}
-	e, _, err := r.appendWith(ctx, p.ID, p, func(p *Process) (Event, error) {
+// date. Of two runners starting on one head, one lands: the start is the
+// claim.
+func (r *Registry) startOn(ctx context.Context, p *Process, runner leases.Owner, guard func(*Process) error) (*Run, error) {
+	var s Start
+	_, _, err := r.appendWith(ctx, p.ID, p, func(p *Process) (Event, error) {
 		if guard != nil {
 			if err := guard(p); err != nil {
 				return Event{}, err
 			}
 		}
-		s := Start{Owner: OwnerOf(l.Owner), Attempt: p.Attempts() + 1, Token: l.Token}
-		return Event{Type: TypeStarted, Token: l.Token, Data: jsonData(s)}, nil
+		s = Start{Owner: OwnerOf(runner), Attempt: p.Attempts() + 1, Token: p.Token + 1}
+		return Event{Type: TypeStarted, Token: s.Token, Data: jsonData(s)}, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &Run{r: r, lease: l, p: p, start: e}, nil
+	return &Run{r: r, p: p, start: s}, nil
 }
 
 // Process is the run's fold of its process, as of its last write.
 func (run *Run) Process() *Process { return run.p }
 
 // Attempt is the run's attempt number, from 1.
-func (run *Run) Attempt() int {
-	var s Start
-	_ = json.Unmarshal(run.start.Data, &s)
-	return s.Attempt
-}
+func (run *Run) Attempt() int { return run.start.Attempt }
+
+// Token is the run's fencing token.
+func (run *Run) Token() uint64 { return run.start.Token }
 
 // Registration is what the process runs.
 func (run *Run) Registration() Registration { return run.p.Registration }
 
 func (run *Run) write(ctx context.Context, e Event) (*Event, bool, error) {
-	if !run.lease.Valid(run.r.now()) {
-		return nil, false, fmt.Errorf("process %s: %w", clip(run.p.ID), leases.ErrLost)
-	}
-	e.Token = run.lease.Token
+	e.Token = run.start.Token
 	return run.r.Append(ctx, run.p.ID, e, run.p)
 }
 
@@ -121,8 +112,16 @@ func (run *Run) Cancelled(ctx context.Context, reason string) (*Event, error) {
 // node, which is shutting down: the work was started and will not be
 // run again.
 func (run *Run) Drained(ctx context.Context) (*Event, error) {
-	o := OwnerOf(run.lease.Owner)
+	o := run.start.Owner
 	e, _, err := run.write(ctx, Event{Type: TypeAbandoned, Data: jsonData(Abandonment{Writer: OwnerDrain, Owner: &o, Evidence: "the owner's node drained"})})
+	return e, err
+}
+
+// Release hands the run's attempt back unfinished (its node drains, or
+// the work failed for the moment): the process may run again, here or on
+// any node, as its next attempt. Owner-bound work is never released.
+func (run *Run) Release(ctx context.Context) (*Event, error) {
+	e, _, err := run.write(ctx, Event{Type: TypeReleased})
 	return e, err
 }
 

@@ -40,6 +40,19 @@ func (s *slots) take(class string, limit int, pid string) bool {
 	return false
 }
 
+// tryTake takes a slot of class if one is free and no process of the
+// class waits for one.
+func (s *slots) tryTake(class string, limit int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.waiting[class]) > 0 || s.used[class] >= limit || s.total >= s.max {
+		return false
+	}
+	s.used[class]++
+	s.total++
+	return true
+}
+
 // give frees a slot of class and returns a process waiting for one, or "".
 // A slot freed with every class full goes to whichever class waited: the
 // bound in all was what held it.

@@ -14,8 +14,8 @@ import (
 )
 
 // Executor does a process's work for one attempt and returns its result
-// (any JSON value). ctx ends when a cancel is requested, the lease is lost
-// or the worker stops; the worker then decides what the attempt's outcome
+// (any JSON value). ctx ends when a cancel is requested, another writer
+// ends the process, or the worker stops; the worker then decides what the attempt's outcome
 // is. An error is the process's failure; an *ExecError names its code.
 type Executor interface {
 	Execute(ctx context.Context, run *Run) (json.RawMessage, error)
@@ -48,8 +48,6 @@ type WorkerConfig struct {
 	Leases   *leases.Manager
 	Store    Store
 	Executor Executor
-	// TTL of the process leases the worker claims. Default 15s.
-	TTL time.Duration
 	// Class names the pool of slots a process's attempts take, and how
 	// many attempts of that class may run at once (0: Concurrency): work
 	// that hangs (a tool that never answers) then holds only the slots of
@@ -60,11 +58,10 @@ type WorkerConfig struct {
 	// Class says otherwise. Default 16.
 	Concurrency int
 	// MaxRunning bounds the attempts running at once, all classes
-	// together: each is a goroutine and a lease renewed every third of its
-	// TTL. Default 1024.
+	// together: each is a goroutine. Default 1024.
 	MaxRunning int
-	// Sweep is how often every process not ended is looked at again, for
-	// runners that vanished. Default TTL.
+	// Sweep is how often every process not ended is looked at again: work
+	// handed back for the moment runs again then. Default 15s.
 	Sweep time.Duration
 	// Watch is how often the runners of processes run elsewhere are looked
 	// at for proof of death (their PID on this host, their node's
@@ -84,8 +81,9 @@ type WorkerConfig struct {
 // (Recover). It follows the PROCESSES stream from its start, keeping the
 // processes that have not ended, so a registration is run as soon as it
 // is stored and a cancel request reaches the attempt running it. Any
-// number of workers share a deployment; the process lease decides which
-// one runs an attempt.
+// number of workers share a deployment: the compare-and-set of an
+// attempt's started event decides which one runs it, and its runner's
+// node's liveness how long it is left to that one.
 type Worker struct {
 	cfg  WorkerConfig
 	subj streams.Subjects
@@ -93,19 +91,16 @@ type Worker struct {
 	mu      sync.Mutex
 	open    map[string]*Process // processes not ended, as folded from the stream
 	running map[string]context.CancelCauseFunc
-	// stopped holds the lease token of each started owner-bound attempt
-	// this worker stopped with no outcome written (its lease lost, or the
-	// outcome's writes failing): the runner's own word that the attempt
-	// is gone, though its node lives.
-	stopped map[string]uint64
-	// heldBy is the holder of each process lease a claim found busy: a
-	// runner whose start is not on the log yet, watched like the others.
-	heldBy  map[string]leases.Owner
 	applied uint64        // the last sequence the reader folded
 	caught  bool          // the reader has caught up with the stream once
 	caughtC chan struct{} // closed then
 	kick    chan string
-	adoptFn *func(*Process) // handed to the registry while Run runs
+	// runCtx is Run's context while it runs, for attempts begun by the
+	// registry; stopping is set when Run stops taking them.
+	runCtx   context.Context
+	stopping bool
+	// waiters are the local awaiters of processes not ended (watch).
+	waiters map[string][]chan *Process
 	slots   slots
 	wg      sync.WaitGroup
 }
@@ -117,18 +112,16 @@ var ErrCancelRequested = errors.New("processes: cancel requested")
 // Causes that end an attempt's context.
 var (
 	errCancelRequested = ErrCancelRequested
-	errLeaseLost       = errors.New("processes: lease lost")
 	errEndedElsewhere  = errors.New("processes: ended by another writer")
 	// errMoved: the log moved under a decision, and the facts it rested on
-	// with it; the process is looked at again.
-	errMoved = errors.New("processes: the log moved under the decision")
+	// with it; the process is looked at again. errMovedToEnd: it moved to the
+	// process's end, which the reader reports.
+	errMoved      = errors.New("processes: the log moved under the decision")
+	errMovedToEnd = fmt.Errorf("%w: the process ended", errMoved)
 )
 
 // NewWorker returns a worker; Run starts it.
 func NewWorker(cfg WorkerConfig) *Worker {
-	if cfg.TTL == 0 {
-		cfg.TTL = 15 * time.Second
-	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 16
 	}
@@ -136,7 +129,7 @@ func NewWorker(cfg WorkerConfig) *Worker {
 		cfg.MaxRunning = 1024
 	}
 	if cfg.Sweep == 0 {
-		cfg.Sweep = cfg.TTL
+		cfg.Sweep = 15 * time.Second
 	}
 	if cfg.Watch == 0 {
 		cfg.Watch = 500 * time.Millisecond
@@ -144,40 +137,22 @@ func NewWorker(cfg WorkerConfig) *Worker {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	w := &Worker{cfg: cfg, subj: cfg.Store.Subjects(), open: map[string]*Process{}, running: map[string]context.CancelCauseFunc{}, stopped: map[string]uint64{}, heldBy: map[string]leases.Owner{},
+	w := &Worker{cfg: cfg, subj: cfg.Store.Subjects(), open: map[string]*Process{}, running: map[string]context.CancelCauseFunc{},
 		caughtC: make(chan struct{}), kick: make(chan string, 1024), slots: newSlots(cfg.MaxRunning)}
-	adopt := w.adopt
-	w.adoptFn = &adopt
 	return w
-}
-
-// adopt takes a process its registry just created as if the reader had
-// delivered its registration, saving the hop through the stream; the
-// reader then passes over what is folded already.
-func (w *Worker) adopt(p *Process) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.caught || p.Head <= w.applied {
-		return // the reader has it, or its catching up looks at everything
-	}
-	if _, ok := w.open[p.ID]; ok {
-		return
-	}
-	w.open[p.ID] = p
-	select {
-	case w.kick <- p.ID:
-	default: // the sweep comes soon
-	}
 }
 
 // Run works until ctx ends. Attempts running then are stopped: owner-bound
 // work that started is marked abandoned by its owner's drain, other work
-// is handed back (its lease released) for another worker to run again.
+// is handed back (released) for another worker to run again.
 func (w *Worker) Run(parent context.Context) error {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
-	w.cfg.Registry.adopt.Store(w.adoptFn)
-	defer w.cfg.Registry.adopt.CompareAndSwap(w.adoptFn, nil)
+	w.mu.Lock()
+	w.runCtx, w.stopping = ctx, false
+	w.mu.Unlock()
+	w.cfg.Registry.worker.Store(w)
+	defer w.cfg.Registry.worker.CompareAndSwap(w, nil)
 	readErr := make(chan error, 1)
 	go func() { readErr <- w.read(ctx) }()
 	t := time.NewTicker(w.cfg.Sweep)
@@ -209,6 +184,12 @@ loop:
 			}
 		}
 	}
+	w.mu.Lock()
+	w.stopping = true
+	for pid := range w.waiters {
+		w.tell(pid, nil) // they follow the stream themselves
+	}
+	w.mu.Unlock()
 	cancel()
 	w.wg.Wait()
 	if parent.Err() != nil {
@@ -230,6 +211,15 @@ func (w *Worker) Open() []string {
 
 // read follows the stream, folding every process that has not ended.
 func (w *Worker) read(ctx context.Context) error {
+	// An empty stream delivers nothing to tell the reader it caught up.
+	if _, err := w.cfg.Store.NextOnSubjects(ctx, []string{w.subj.AllProcessEvents()}, 1); errors.Is(err, streams.ErrNotFound) {
+		w.mu.Lock()
+		if !w.caught {
+			w.caught = true
+			close(w.caughtC)
+		}
+		w.mu.Unlock()
+	}
 	return w.cfg.Store.Tail(ctx, streams.Processes, []string{w.subj.AllProcessEvents()}, 1, func(m *streams.Msg, pending uint64) error {
 		if ended, live := w.apply(m); ended != nil && w.cfg.OnEnd != nil {
 			w.cfg.OnEnd(ended, live)
@@ -282,8 +272,7 @@ func (w *Worker) apply(m *streams.Msg) (ended *Process, live bool) {
 		// Left for an operator: recovery never acts on a log it cannot read.
 		w.cfg.Logger.Error("process log unreadable; the process is left as it is", "process", pid, "seq", m.Seq, "err", err)
 		delete(w.open, pid)
-		delete(w.stopped, pid)
-		delete(w.heldBy, pid)
+		w.tell(pid, nil)
 		return nil, false
 	}
 	w.open[pid] = p
@@ -291,16 +280,13 @@ func (w *Worker) apply(m *streams.Msg) (ended *Process, live bool) {
 	switch {
 	case p.Ended():
 		delete(w.open, pid)
-		delete(w.stopped, pid)
-		delete(w.heldBy, pid)
+		w.tell(pid, p)
 		if cancel != nil {
 			cancel(errEndedElsewhere)
 		}
 		return p, w.caught
 	case e.Type == TypeCancelRequested && cancel != nil:
 		cancel(errCancelRequested)
-	case e.Type == TypeStarted:
-		delete(w.heldBy, pid) // its runner is on the log now
 	}
 	if w.caught && (e.Type == TypeRegistered || e.Type == TypeCancelRequested || e.Type == TypeAbandonRequested) {
 		select {
@@ -312,23 +298,18 @@ func (w *Worker) apply(m *streams.Msg) (ended *Process, live bool) {
 }
 
 // watchRunners looks at the runners of the processes run elsewhere (the
-// newest attempt's, or a lease's holder that has not started yet) and
-// considers at once those of every runner proved dead: its PID gone on
-// this host (no round trip), or its node's liveness gone (one read per
-// runner, not per process).
+// newest attempt's) and considers at once those of every runner proved
+// dead: its PID gone on this host (no round trip), or its node's liveness
+// gone (one read per runner, not per process).
 func (w *Worker) watchRunners(ctx context.Context) {
 	w.mu.Lock()
 	byOwner := map[leases.Owner][]string{}
 	for pid, p := range w.open {
-		if _, here := w.running[pid]; here {
+		if _, here := w.running[pid]; here || !p.InAttempt() {
 			continue
 		}
-		if o, ok := w.heldBy[pid]; ok {
-			byOwner[o] = append(byOwner[o], pid)
-		} else if p.LastStart != nil {
-			o := p.LastStart.Owner.Lease()
-			byOwner[o] = append(byOwner[o], pid)
-		}
+		o := p.LastStart.Owner.Lease()
+		byOwner[o] = append(byOwner[o], pid)
 	}
 	w.mu.Unlock()
 	self := w.cfg.Leases.Owner()
@@ -337,7 +318,7 @@ func (w *Worker) watchRunners(ctx context.Context) {
 			return
 		}
 		if o.ID == self.ID && o.Incarnation == self.Incarnation {
-			continue // this worker: its own stops are noted where they happen
+			continue // this worker: its own stops are looked at where they happen
 		}
 		if ev, err := w.cfg.Leases.DeathEvidence(ctx, o); err != nil || ev == "" {
 			continue
@@ -372,18 +353,19 @@ func (w *Worker) consider(ctx context.Context, pid string) {
 		return
 	}
 	var f Facts
-	if snap.Registration.Disposition == OwnerBound && snap.Started() {
-		ev, err := w.cfg.Leases.DeathEvidence(ctx, snap.LastStart.Owner.Lease())
-		if err != nil {
-			w.cfg.Logger.Warn("checking a process runner's liveness", "process", pid, "err", err)
-			return
-		}
-		f.OwnerDead = ev
-		w.mu.Lock()
-		token, stopped := w.stopped[pid]
-		w.mu.Unlock()
-		if ev == "" && stopped && snap.LastStart.Token == token {
-			f.OwnerDead = fmt.Sprintf("its runner stopped attempt %d (lease token %d) with no outcome written", snap.LastStart.Attempt, token)
+	if snap.InAttempt() && snap.Registration.Disposition != ExternallyOwned {
+		o, self := snap.LastStart.Owner.Lease(), w.cfg.Leases.Owner()
+		if o.ID == self.ID && o.Incarnation == self.Incarnation {
+			// This worker started it and does not run it (not busy above):
+			// the attempt stopped with no outcome written.
+			f.RunnerGone = fmt.Sprintf("its runner stopped attempt %d (token %d) with no outcome written", snap.LastStart.Attempt, snap.LastStart.Token)
+		} else {
+			ev, err := w.cfg.Leases.DeathEvidence(ctx, o)
+			if err != nil {
+				w.cfg.Logger.Warn("checking a process runner's liveness", "process", pid, "err", err)
+				return
+			}
+			f.RunnerGone = ev
 		}
 	}
 	action, why := Recover(snap, f)
@@ -397,13 +379,7 @@ func (w *Worker) consider(ctx context.Context, pid string) {
 		}
 		return
 	}
-	class, limit := "", 0
-	if w.cfg.Class != nil {
-		class, limit = w.cfg.Class(snap)
-	}
-	if limit <= 0 {
-		limit = w.cfg.Concurrency
-	}
+	class, limit := w.classOf(snap)
 	if !w.slots.take(class, limit, pid) {
 		return // every slot of its class is taken: it is looked at when one frees
 	}
@@ -411,79 +387,83 @@ func (w *Worker) consider(ctx context.Context, pid string) {
 	w.mu.Lock()
 	w.running[pid] = cancel
 	w.mu.Unlock()
-	w.wg.Go(func() {
-		var moved bool
-		defer func() {
-			cancel(nil)
-			w.mu.Lock()
-			delete(w.running, pid)
-			w.mu.Unlock()
-			next := []string{w.slots.give(class)}
-			if moved {
-				next = append(next, pid) // decided again on the log as the reader folds it
-			}
-			for _, id := range next {
-				if id == "" {
-					continue
-				}
-				select {
-				case w.kick <- id:
-				default: // the sweep comes to it
-				}
-			}
-		}()
-		err := w.attempt(actx, snap, f)
-		if moved = errors.Is(err, errMoved); !moved && err != nil && ctx.Err() == nil {
-			w.cfg.Logger.Warn("process attempt", "process", pid, "action", action, "err", err)
-		}
-	})
+	w.wg.Add(1)
+	go w.runAttempt(ctx, pid, class, cancel, string(action), func() error { return w.attempt(actx, snap, f) })
 }
 
-// attempt claims the process's lease, decides, and acts. p is the
-// worker's fold of the process from the stream: every write below is a
-// compare-and-set at its head, which fails if the fold is behind and
-// brings it up to date (Registry.appendWith), so the decision is made
-// again on the log as it stands (errMoved when it no longer holds).
+// moved is what a decision made on a fold behind the log returns once
+// the fold was caught up (now): the worker keeps the fresher fold, so the
+// look again decides on it, not on what its reader has not delivered yet
+// (of workers racing to start one process, the losers then see the
+// winner's attempt at once). An ended fold is left for the reader, which
+// reports the end.
+func (w *Worker) moved(now *Process) error {
+	if now.Ended() {
+		return errMovedToEnd
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if have, ok := w.open[now.ID]; ok && now.Head > have.Head {
+		w.open[now.ID] = now.clone()
+	}
+	return errMoved
+}
+
+// classOf is the pool of slots p's attempts take, and its size.
+func (w *Worker) classOf(p *Process) (string, int) {
+	class, limit := "", 0
+	if w.cfg.Class != nil {
+		class, limit = w.cfg.Class(p)
+	}
+	if limit <= 0 {
+		limit = w.cfg.Concurrency
+	}
+	return class, limit
+}
+
+// runAttempt is the goroutine of one attempt: fn, then its running mark
+// and its slot given back, and the process looked at again when the log
+// moved under it.
+func (w *Worker) runAttempt(ctx context.Context, pid, class string, cancel context.CancelCauseFunc, action string, fn func() error) {
+	defer w.wg.Done()
+	var moved bool
+	defer func() {
+		cancel(nil)
+		w.mu.Lock()
+		delete(w.running, pid)
+		w.mu.Unlock()
+		next := []string{w.slots.give(class)}
+		if moved {
+			next = append(next, pid) // decided again on the log as the reader folds it
+		}
+		for _, id := range next {
+			if id == "" {
+				continue
+			}
+			select {
+			case w.kick <- id:
+			default: // the sweep comes to it
+			}
+		}
+	}()
+	err := fn()
+	if moved = errors.Is(err, errMoved) && !errors.Is(err, errMovedToEnd); !moved && err != nil && !errors.Is(err, errMovedToEnd) && ctx.Err() == nil {
+		w.cfg.Logger.Warn("process attempt", "process", pid, "action", action, "err", err)
+	}
+}
+
+// attempt decides and acts. p is the worker's fold of the process from
+// the stream: every write below is a compare-and-set at its head, which
+// fails if the fold is behind and brings it up to date
+// (Registry.appendWith), so the decision is made again on the log as it
+// stands (errMoved when it no longer holds). The started event is the
+// claim: of two workers starting on one head, one lands.
 //
 // Every write has a deadline of its own (write), never the attempt's: the
 // work may have run far past any request timeout, or been stopped by a
 // drain, and its outcome must still be written.
 func (w *Worker) attempt(ctx context.Context, p *Process, f Facts) error {
 	pid := p.ID
-	key, err := leases.Key("proc", pid)
-	if err != nil {
-		return err
-	}
-	l, err := w.cfg.Leases.Claim(ctx, key, w.cfg.TTL)
-	var busy *leases.BusyError
-	if errors.As(err, &busy) {
-		w.mu.Lock()
-		if _, open := w.open[pid]; open {
-			w.heldBy[pid] = busy.Holder // a live runner has it: watched
-		}
-		w.mu.Unlock()
-		return nil
-	}
-	if errors.Is(err, leases.ErrBusy) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	w.mu.Lock()
-	delete(w.heldBy, pid)
-	w.mu.Unlock()
-	release := true
-	defer func() {
-		if release {
-			_ = write(ctx, func(ctx context.Context) error { return w.cfg.Leases.Release(ctx, l) })
-		}
-	}()
-	// Claimed: whatever another runner wrote before is on the log now. The
-	// decision is made on the worker's fold, without reading the log: every
-	// write below is a compare-and-set at the fold's head, and when the log
-	// moved (guard) it is made again on the log as it stands, or, when the
-	// facts it rested on changed, left to the next look.
 	action, why := Recover(p, f)
 	var owner *Owner
 	if p.LastStart != nil {
@@ -496,17 +476,21 @@ func (w *Worker) attempt(ctx context.Context, p *Process, f Facts) error {
 			return nil
 		}
 		if now.LastStart != start {
-			return errMoved
+			return w.moved(now)
 		}
 		if a, _ := Recover(now, f); a != action || now.Attempts() >= MaxAttempts && action == Execute {
-			return errMoved
+			return w.moved(now)
 		}
 		decided = now.Head
 		return nil
 	}
-	appendEvent := func(e Event) error {
+	// Recovery's writes take a token newer than any on the log, fencing
+	// out the runner it takes over from.
+	appendEvent := func(typ string, data json.RawMessage) error {
 		return write(ctx, func(ctx context.Context) error {
-			_, _, err := w.cfg.Registry.appendWith(ctx, pid, p, func(now *Process) (Event, error) { return e, guard(now) })
+			_, _, err := w.cfg.Registry.appendWith(ctx, pid, p, func(now *Process) (Event, error) {
+				return Event{Type: typ, Token: now.Token + 1, Data: data}, guard(now)
+			})
 			return err
 		})
 	}
@@ -514,61 +498,43 @@ func (w *Worker) attempt(ctx context.Context, p *Process, f Facts) error {
 	case Leave, FinishRequested:
 		return nil
 	case CancelRun:
-		return appendEvent(Event{Type: TypeCancelled, Token: l.Token, Data: jsonData(Request{Reason: why})})
+		return appendEvent(TypeCancelled, jsonData(Request{Reason: why}))
 	case AbandonDead:
-		return appendEvent(Event{Type: TypeAbandoned, Token: l.Token, Data: jsonData(Abandonment{Writer: Sweep, Owner: owner, Evidence: why})})
-	case AbandonLapsed:
-		return appendEvent(Event{Type: TypeAbandoned, Token: l.Token, Data: jsonData(Abandonment{Writer: ReconciledRequest, Owner: owner, Evidence: why})})
+		return appendEvent(TypeAbandoned, jsonData(Abandonment{Writer: Sweep, Owner: owner, Evidence: why}))
+	case HonourAbandon:
+		return appendEvent(TypeAbandoned, jsonData(Abandonment{Writer: ReconciledRequest, Owner: owner, Evidence: why}))
 	}
 	if p.Attempts() >= MaxAttempts {
-		return appendEvent(Event{Type: TypeAbandoned, Token: l.Token, Data: jsonData(Abandonment{Writer: GaveUp, Owner: owner,
-			Evidence: fmt.Sprintf("%d attempts began and none ended", p.Attempts())})})
+		return appendEvent(TypeAbandoned, jsonData(Abandonment{Writer: GaveUp, Owner: owner,
+			Evidence: fmt.Sprintf("%d attempts began and none ended", p.Attempts())}))
 	}
-	run, err := w.cfg.Registry.startOn(ctx, p, l, guard)
+	run, err := w.cfg.Registry.startOn(ctx, p, w.cfg.Leases.Owner(), guard)
 	if err != nil {
 		return err
 	}
 	if run.Process().CancelRequested != nil {
-		// Requested between the claim and the start: the reader may
-		// have passed it before this attempt was registered as running.
+		// Requested before the start: the reader may have passed it
+		// before this attempt was registered as running.
 		w.cancel(pid, errCancelRequested)
 	}
-	// The lease is kept until the outcome is written, past the end of the
-	// attempt's context: a drain or a long run must not let it lapse while
-	// the outcome goes out. Its loss stops the attempt.
-	kctx, stopKeeping := w.cfg.Leases.Keep(context.WithoutCancel(ctx), l, func(err error) {
-		w.cfg.Logger.Warn("renewing a process lease; trying again", "lease", l.Key, "err", err)
-	})
-	defer stopKeeping()
-	defer context.AfterFunc(kctx, func() {
-		w.cfg.Logger.Warn("process lease lost; the attempt stops", "lease", l.Key, "err", context.Cause(kctx))
-		w.cancel(pid, errLeaseLost)
-	})()
+	return w.execute(ctx, run)
+}
+
+// execute runs an attempt that started and writes its outcome.
+func (w *Worker) execute(ctx context.Context, run *Run) error {
+	p := run.Process()
+	pid := p.ID
 	res, err := w.cfg.Executor.Execute(ctx, run)
 	cause := context.Cause(ctx)
 	if ctx.Err() == nil {
 		cause = nil
 	}
-	// lost notes an owner-bound attempt that ends here with no outcome:
-	// recovery then abandons it, as nothing else would while this node
-	// lives.
-	lost := func() {
-		if p.Registration.Disposition == OwnerBound {
-			w.mu.Lock()
-			w.stopped[pid] = l.Token
-			w.mu.Unlock()
-		}
-	}
 	switch {
-	case errors.Is(cause, errLeaseLost):
-		release = false
-		lost()
-		return cause
 	case errors.Is(cause, errEndedElsewhere):
 		return nil
 	case err == nil:
 		// Done, whatever came meanwhile: the work's outcome stands.
-		err = w.settle(ctx, l, func(wctx context.Context) error {
+		err = w.settle(ctx, func(wctx context.Context) error {
 			var err error
 			if len(res) > MaxDataBytes {
 				_, err = run.Fail(wctx, Failure{Code: "result_too_large", Message: fmt.Sprintf("a result of %d bytes, at most %d", len(res), MaxDataBytes)})
@@ -577,11 +543,8 @@ func (w *Worker) attempt(ctx context.Context, p *Process, f Facts) error {
 			}
 			return err
 		})
-		if err != nil && !errors.Is(err, ErrTerminal) {
-			lost()
-		}
 	case errors.Is(cause, errCancelRequested):
-		err = w.settle(ctx, l, func(wctx context.Context) error {
+		err = w.settle(ctx, func(wctx context.Context) error {
 			if err := run.Refresh(wctx); err != nil {
 				return err
 			}
@@ -595,34 +558,37 @@ func (w *Worker) attempt(ctx context.Context, p *Process, f Facts) error {
 	case cause != nil:
 		// The worker stops: owner-bound work that started is not run
 		// again, so its owner says it is abandoned; other work is handed
-		// back by releasing the lease.
+		// back for another worker to run.
 		if p.Registration.Disposition == OwnerBound {
-			err = w.settle(ctx, l, func(wctx context.Context) error { _, err := run.Drained(wctx); return err })
+			err = w.settle(ctx, func(wctx context.Context) error { _, err := run.Drained(wctx); return err })
+		} else {
+			err = w.settle(ctx, func(wctx context.Context) error { _, err := run.Release(wctx); return err })
 		}
-		return err
-	case errors.Is(err, ErrRetryable) && run.Attempt() < MaxAttempts:
+	case errors.Is(err, ErrRetryable) && run.Attempt() < MaxAttempts && p.Registration.Disposition != OwnerBound:
 		w.cfg.Logger.Warn("process attempt failed for now; it runs again", "process", pid, "attempt", run.Attempt(), "err", err)
-		return nil // the lease goes back; the next sweep begins the next attempt
+		// Handed back: the next sweep (here or on any node) begins the
+		// next attempt.
+		err = w.settle(ctx, func(wctx context.Context) error { _, err := run.Release(wctx); return err })
 	default:
 		var xe *ExecError
 		if !errors.As(err, &xe) {
 			xe = &ExecError{Code: "error", Message: err.Error()}
 		}
-		err = w.settle(ctx, l, func(wctx context.Context) error {
+		err = w.settle(ctx, func(wctx context.Context) error {
 			_, err := run.Fail(wctx, Failure{Code: xe.Code, Message: xe.Message})
 			return err
 		})
-		if err != nil && !errors.Is(err, ErrTerminal) {
-			lost()
-		}
 	}
-	if errors.Is(err, ErrTerminal) {
-		return nil // ended by another writer first (an abandon, say)
+	if err == nil {
+		w.ended(run.Process())
+	}
+	if errors.Is(err, ErrTerminal) || errors.Is(err, ErrFenced) {
+		return nil // ended, or taken over, by another writer first
 	}
 	return err
 }
 
-// writeTimeout bounds one write of the worker (an event, a lease release),
+// writeTimeout bounds one write of the worker (an event),
 // whatever deadline the work had.
 const writeTimeout = streams.DefaultTimeout
 
@@ -638,24 +604,24 @@ func write(ctx context.Context, fn func(ctx context.Context) error) error {
 const settleTries = 8
 
 // settle makes an outcome write, trying again after failures of the
-// moment while the lease lasts (it is renewed meanwhile): an outcome lost
-// to a blip would run the work again, or leave started owner-bound work
-// open until its node restarts. When the tries run out, or the lease is
-// gone, the next holder of the lease decides.
-func (w *Worker) settle(ctx context.Context, l *leases.Lease, fn func(ctx context.Context) error) error {
+// moment: an outcome lost to a blip would run the work again, or leave
+// started owner-bound work open until its node is shown gone. When the
+// tries run out the attempt stays on the log with no outcome, and this
+// worker, its runner, takes it up again as stopped.
+func (w *Worker) settle(ctx context.Context, fn func(ctx context.Context) error) error {
 	var err error
 	for try := range settleTries {
-		if err = write(ctx, fn); err == nil || permanent(err) || !l.Valid(time.Now()) {
+		if err = write(ctx, fn); err == nil || permanent(err) {
 			return err
 		}
-		w.cfg.Logger.Warn("writing a process's outcome; trying again", "lease", l.Key, "try", try+1, "err", err)
+		w.cfg.Logger.Warn("writing a process's outcome; trying again", "try", try+1, "err", err)
 		time.Sleep(min(time.Duration(100<<try)*time.Millisecond, 2*time.Second))
 	}
 	return err
 }
 
 func permanent(err error) bool {
-	for _, e := range []error{ErrTerminal, ErrFenced, ErrInvalid, ErrRefused, ErrConflict, ErrCorrupt, ErrUnknown, leases.ErrLost} {
+	for _, e := range []error{ErrTerminal, ErrFenced, ErrInvalid, ErrRefused, ErrConflict, ErrCorrupt, ErrUnknown} {
 		if errors.Is(err, e) {
 			return true
 		}

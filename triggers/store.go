@@ -306,6 +306,15 @@ func (t *Triggers) Record(ctx context.Context, occ Occurrence, subs []*Subscript
 				if err := t.expectHeads(ctx, entries); err != nil {
 					return nil, nil, false, err
 				}
+				// The heads read may be the winner's batch, applied
+				// meanwhile: then it is the occurrence, not something to
+				// write after.
+				if first, err := t.Occurrence(ctx, occ.ID); err == nil {
+					ds, err := t.deliveriesOf(ctx, first)
+					return first, ds, false, err
+				} else if !errors.Is(err, ErrNotFound) {
+					return nil, nil, false, err
+				}
 				if err := backoff(ctx, try); err != nil {
 					return nil, nil, false, err
 				}

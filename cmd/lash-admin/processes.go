@@ -32,14 +32,13 @@ cannot be read is listed with status "unreadable".`,
 var processesShowCmd = &command{
 	name:    "processes show",
 	args:    "PID",
-	summary: "one process: registration, attempts, requests, outcome, lease",
+	summary: "one process: registration, attempts, requests, outcome, runner",
 	doc: `Shows a process as its log says: its registration (input, disposition, declared
 event types, provenance, wake target), the first and newest attempts (who ran them,
-under which lease token), cancel and abandon requests, the outcome, and who holds its
-lease now.`,
+under which fencing token), cancel and abandon requests, the outcome, and, while an
+attempt is open, whether its runner's node is alive (its liveness key).`,
 	min: 1, max: 1,
-	settings: leaseTTLSetting,
-	run:      runProcessesShow,
+	run: runProcessesShow,
 }
 
 var processesEventsCmd = &command{
@@ -70,7 +69,7 @@ var processesAbandonCmd = &command{
 	args:    "PID",
 	summary: "request that a process whose runner is gone be marked abandoned",
 	doc: `Appends an abandon request (abandon_requested). Recovery honours it once nothing runs
-the process: started owner-bound work whose runner's lease has lapsed, or externally
+the process: started owner-bound work whose runner is gone, or externally
 owned work, is marked abandoned (writer reconciled_request); the outcome stays unknown.
 A live runner's work is never abandoned by a request.`,
 	min: 1, max: 1,
@@ -221,7 +220,19 @@ type processShowJSON struct {
 	CancelRequested  *processes.Event       `json:"cancel_requested,omitempty"`
 	AbandonRequested *processes.Event       `json:"abandon_requested,omitempty"`
 	End              *processes.Event       `json:"end,omitempty"`
-	Lease            *leaseJSON             `json:"lease,omitempty"`
+	Runner           *runnerJSON            `json:"runner,omitempty"`
+}
+
+// runnerJSON is the runner of a process's open attempt, as its node's
+// liveness shows it.
+type runnerJSON struct {
+	Node        string `json:"node"`
+	Incarnation string `json:"incarnation"`
+	Attempt     int    `json:"attempt"`
+	Token       uint64 `json:"token"`
+	Alive       bool   `json:"alive"`
+	// Gone is the evidence that it is not, when it is not.
+	Gone string `json:"gone,omitempty"`
 }
 
 func runProcessesShow(a *app, args []string) error {
@@ -231,19 +242,12 @@ func runProcessesShow(a *app, args []string) error {
 	}
 	out := processShowJSON{processJSON: processRow(p), Registration: p.Registration, Hash: p.Hash, FirstStart: p.FirstStart,
 		LastStart: p.LastStart, CancelRequested: p.CancelRequested, AbandonRequested: p.AbandonRequested, End: p.End}
-	key, err := leases.Key("proc", p.ID)
-	if err != nil {
-		return err
-	}
-	hs, err := leases.New(a.client, leases.Owner{ID: "lash-admin"}).List(a.ctx, key)
-	if err != nil {
-		return err
-	}
-	for _, h := range hs {
-		if h.Key == key {
-			out.Lease = &leaseJSON{Key: h.Key, Kind: "proc", ID: p.ID, Holder: h.Owner.String(), Node: h.Owner.ID, Incarnation: h.Owner.Incarnation,
-				Host: h.Owner.Host, PID: h.Owner.PID, Token: h.Token, Revision: h.Revision, Renewed: utc(h.Renewed), Expires: utc(h.Renewed.Add(a.leaseTTL))}
+	if s := p.LastStart; p.InAttempt() {
+		gone, err := leases.New(a.client, leases.Owner{ID: "lash-admin"}).DeathEvidence(a.ctx, s.Owner.Lease())
+		if err != nil {
+			return err
 		}
+		out.Runner = &runnerJSON{Node: s.Owner.Node, Incarnation: s.Owner.Incarnation, Attempt: s.Attempt, Token: s.Token, Alive: gone == "", Gone: gone}
 	}
 	return a.emit(out, func(w io.Writer) {
 		reg, _ := json.Marshal(p.Registration.Input)
@@ -270,10 +274,13 @@ func runProcessesShow(a *app, args []string) error {
 		if e := p.End; e != nil {
 			row(w, "outcome", fmt.Sprintf("%s at %s by %s: %s", e.Type, fmtTime(utc(e.At)), e.By, e.Data))
 		}
-		if l := out.Lease; l != nil {
-			row(w, "lease", fmt.Sprintf("%s, token %d, expires %s", l.Holder, l.Token, fmtTime(l.Expires)))
-		} else {
-			row(w, "lease", "free")
+		switch r := out.Runner; {
+		case r == nil:
+			row(w, "runner", "none")
+		case r.Alive:
+			row(w, "runner", fmt.Sprintf("%s/%s runs attempt %d (its node is alive)", r.Node, r.Incarnation, r.Attempt))
+		default:
+			row(w, "runner", fmt.Sprintf("%s/%s, attempt %d, gone: %s", r.Node, r.Incarnation, r.Attempt, r.Gone))
 		}
 	})
 }

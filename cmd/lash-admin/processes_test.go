@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/lash-run/lash/leases"
 	"github.com/lash-run/lash/processes"
@@ -32,15 +31,11 @@ func TestAdminProcesses(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m := leases.New(c, leases.LocalOwner("node-a"))
-	l, err := m.Claim(ctx, "proc.p-build", 30*time.Second)
+	run, err := r.Start(ctx, "p-build", leases.LocalOwner("node-a"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	run, err := r.Start(ctx, "p-build", l)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := run.Token()
 	if _, err := run.Complete(ctx, json.RawMessage(`"built all"`)); err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +60,7 @@ func TestAdminProcesses(t *testing.T) {
 
 	var show processShowJSON
 	a.json(&show, "processes", "show", "p-build")
-	if show.End == nil || string(show.End.Data) != `"built all"` || show.LastStart == nil || show.LastStart.Token != l.Token || show.Lease == nil || show.Lease.Token != l.Token {
+	if show.End == nil || string(show.End.Data) != `"built all"` || show.LastStart == nil || show.LastStart.Token != l || show.Runner != nil {
 		t.Fatalf("show %+v", show)
 	}
 	contains(t, a.ok("processes", "show", "p-build"), "outcome", "completed", "built all", "node-a")
@@ -74,7 +69,7 @@ func TestAdminProcesses(t *testing.T) {
 		Events []processes.Event `json:"events"`
 	}
 	a.json(&evs, "processes", "events", "p-build")
-	if len(evs.Events) != 3 || evs.Events[2].Type != "completed" || evs.Events[1].Token != l.Token {
+	if len(evs.Events) != 3 || evs.Events[2].Type != "completed" || evs.Events[1].Token != l {
 		t.Fatalf("events %+v", evs.Events)
 	}
 

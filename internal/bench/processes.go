@@ -59,7 +59,7 @@ func Processes(ctx context.Context, e *Env, n int) ([]Result, error) {
 	floor := median(cas)
 	return []Result{
 		{Name: "process start to end read (" + e.Mode() + ")", Value: ms(median(round)), Unit: "ms", Floor: ms(floor), Ratio: float64(median(round)) / float64(floor),
-			Note: "register, the node's worker claims, starts, runs echo, completes, an awaiter reads the end; floor: one CAS publish (the path holds 4 writes, 1 delivery)"},
+			Note: "register with attempt 1 started (one write), the node's worker runs echo, completes (one write), tells the awaiter; floor: one CAS publish"},
 		{Name: "await of an ended process (" + e.Mode() + ")", Value: ms(median(await)), Unit: "ms", Floor: ms(floor), Ratio: float64(median(await)) / float64(floor),
 			Note: "one batched direct get of its events; floor: one CAS publish"},
 	}, nil

@@ -82,9 +82,8 @@ func testDenseDeclared(t *testing.T, env conformance.Env) {
 	d := conformance.Open(t, env)
 	r := processes.New(d.Client(), "node-a")
 	register(t, ctx, r, "p1", tool(`{}`))
-	m := holder(t, ctx, d.Client(), "node-a")
-	run, err := r.Start(ctx, "p1", claim(t, ctx, m, "p1", longTTL))
-	if err != nil || run.Attempt() != 1 {
+	run, err := r.Start(ctx, "p1", leases.LocalOwner("node-a"))
+	if err != nil || run.Attempt() != 1 || run.Token() != 1 {
 		t.Fatalf("Start = attempt %v, %v", run, err)
 	}
 	for i := range 3 {
@@ -120,7 +119,7 @@ func testKeyed(t *testing.T, env conformance.Env) {
 	d := conformance.Open(t, env)
 	r := processes.New(d.Client(), "node-a")
 	register(t, ctx, r, "p1", tool(`{}`))
-	run, err := r.Start(ctx, "p1", claim(t, ctx, holder(t, ctx, d.Client(), "node-a"), "p1", longTTL))
+	run, err := r.Start(ctx, "p1", leases.LocalOwner("node-a"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +234,7 @@ func testUnknown(t *testing.T, env conformance.Env) {
 	wantErr(t, "Await", err, processes.ErrUnknown)
 	_, _, err = r.Finish(ctx, "nobody", processes.TypeCompleted, nil, processes.ByExternalOwner)
 	wantErr(t, "Finish", err, processes.ErrUnknown)
-	_, err = r.Start(ctx, "nobody", claim(t, ctx, holder(t, ctx, d.Client(), "node-a"), "nobody", longTTL))
+	_, err = r.Start(ctx, "nobody", leases.LocalOwner("node-a"))
 	wantErr(t, "Start", err, processes.ErrUnknown)
 	if _, err := r.Get(ctx, "nobody"); !errors.Is(err, processes.ErrUnknown) {
 		t.Fatalf("after refused writes, Get = %v; want still unknown", err)
@@ -251,6 +250,9 @@ func testUnknown(t *testing.T, env conformance.Env) {
 	}
 }
 
+// testFencing: each start takes a token newer than any on the log, and
+// fences out the runner it took over from; a run that handed its attempt
+// back writes nothing more.
 func testFencing(t *testing.T, env conformance.Env) {
 	ctx := testCtx(t)
 	d := conformance.Open(t, env)
@@ -258,59 +260,48 @@ func testFencing(t *testing.T, env conformance.Env) {
 	cb := d.Reopen(t)
 	rb := processes.New(cb, "node-b")
 	register(t, ctx, ra, "p1", tool(`{}`))
-	ma, mb := holder(t, ctx, d.Client(), "node-a"), holder(t, ctx, cb, "node-b")
-	la := claim(t, ctx, ma, "p1", time.Second)
-	runA, err := ra.Start(ctx, "p1", la)
+	runA, err := ra.Start(ctx, "p1", leases.LocalOwner("node-a"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	key, _ := leases.Key("proc", "p1")
-	if _, err := mb.Claim(ctx, key, longTTL); !errors.Is(err, leases.ErrBusy) {
-		t.Fatalf("a competing claim while A holds: %v, want ErrBusy", err)
+	// B takes over (recovery found A gone): attempt 2, a newer token.
+	runB, err := rb.Start(ctx, "p1", leases.LocalOwner("node-b"))
+	if err != nil || runB.Attempt() != 2 || runB.Token() <= runA.Token() {
+		t.Fatalf("B's Start = %+v, %v; want attempt 2 with a token above A's %d", runB, err, runA.Token())
 	}
-	// A stops renewing; once its TTL ran out on the server, B takes over.
-	var lb *leases.Lease
-	testenv.WaitFor(t, 15*time.Second, func() error {
-		var err error
-		lb, err = mb.Claim(ctx, key, longTTL)
-		return err
-	})
-	if lb.Token <= la.Token {
-		t.Fatalf("B's token %d is not above A's %d", lb.Token, la.Token)
-	}
-	runB, err := rb.Start(ctx, "p1", lb)
-	if err != nil || runB.Attempt() != 2 {
-		t.Fatalf("B's Start = %v, %v; want attempt 2", runB, err)
-	}
-	// A, paused past its lease without knowing it, comes back.
-	la.ExpiresAt = time.Now().Add(time.Hour)
+	// A, paused through the takeover without knowing it, comes back.
 	_, err = runA.Emit(ctx, "progress", "", 1)
 	wantErr(t, "the superseded runner's progress", err, processes.ErrFenced)
 	_, err = runA.Complete(ctx, json.RawMessage(`"stale"`))
 	wantErr(t, "the superseded runner's completion", err, processes.ErrFenced)
 	_, err = runA.Cancelled(ctx, "stale")
 	wantErr(t, "the superseded runner's cancellation", err, processes.ErrFenced)
-	if err := ma.Renew(ctx, la); !errors.Is(err, leases.ErrLost) {
-		t.Fatalf("the superseded lease renewed: %v", err)
+	_, err = runA.Release(ctx)
+	wantErr(t, "the superseded runner's release", err, processes.ErrFenced)
+	// B hands its attempt back: it may write nothing more, and the next
+	// start is attempt 3.
+	if _, err := runB.Release(ctx); err != nil {
+		t.Fatalf("B's release: %v", err)
 	}
-	if err := ma.Release(ctx, la); !errors.Is(err, leases.ErrLost) {
-		t.Fatalf("the superseded lease released: %v", err)
+	if p, err := ra.Get(ctx, "p1"); err != nil || p.Status() != processes.Pending || p.InAttempt() {
+		t.Fatalf("after the release: %+v, %v; want pending, in no attempt", p, err)
 	}
-	hs, err := mb.List(ctx, key)
-	if err != nil || len(hs) != 1 || hs[0].Token != lb.Token {
-		t.Fatalf("after the stale release, leases %+v, %v; want B's, token %d", hs, err, lb.Token)
+	_, err = runB.Complete(ctx, json.RawMessage(`"late"`))
+	wantErr(t, "a released run's completion", err, processes.ErrFenced)
+	runC, err := ra.Start(ctx, "p1", leases.LocalOwner("node-a"))
+	if err != nil || runC.Attempt() != 3 {
+		t.Fatalf("the start after the release = %+v, %v; want attempt 3", runC, err)
 	}
-	if _, err := runB.Complete(ctx, json.RawMessage(`"built"`)); err != nil {
-		t.Fatalf("B's completion: %v", err)
+	if _, err := runC.Complete(ctx, json.RawMessage(`"built"`)); err != nil {
+		t.Fatalf("C's completion: %v", err)
 	}
-	p, err := ra.Get(ctx, "p1")
-	if err != nil || p.Status() != processes.Completed || string(p.End.Data) != `"built"` || p.End.Token != lb.Token {
-		t.Fatalf("process after B completed: %+v, %v", p, err)
+	p, err := rb.Get(ctx, "p1")
+	if err != nil || p.Status() != processes.Completed || string(p.End.Data) != `"built"` || p.End.Token != runC.Token() {
+		t.Fatalf("process after C completed: %+v, %v", p, err)
 	}
-	// A run whose lease it knows to be over writes nothing at all.
-	la.ExpiresAt = time.Now().Add(-time.Second)
-	if _, err := runA.Emit(ctx, "progress", "", 2); !errors.Is(err, leases.ErrLost) {
-		t.Fatalf("a run past its own lease: %v, want ErrLost", err)
+	want := []string{"registered", "started", "started", "released", "started", "completed"}
+	if got := events(t, ctx, ra, "p1"); !equal(got, want) {
+		t.Fatalf("events %v, want %v", got, want)
 	}
 }
 
@@ -321,18 +312,17 @@ func testOwnerBoundOnce(t *testing.T, env conformance.Env) {
 	reg := tool(`{"cmd":"deploy"}`)
 	reg.Disposition = processes.OwnerBound
 	register(t, ctx, r, "p1", reg)
-	m := holder(t, ctx, d.Client(), "node-a")
-	l := claim(t, ctx, m, "p1", longTTL)
-	if _, err := r.Start(ctx, "p1", l); err != nil {
+	o := leases.LocalOwner("node-a")
+	run, err := r.Start(ctx, "p1", o)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Release(ctx, l); err != nil {
-		t.Fatal(err)
-	}
-	_, err := r.Start(ctx, "p1", claim(t, ctx, m, "p1", longTTL))
+	_, err = run.Release(ctx)
+	wantErr(t, "a release of owner-bound work", err, processes.ErrRefused)
+	_, err = r.Start(ctx, "p1", o)
 	wantErr(t, "a second start of owner-bound work", err, processes.ErrRefused)
 	register(t, ctx, r, "ext", external("job-9"))
-	_, err = r.Start(ctx, "ext", claim(t, ctx, m, "ext", longTTL))
+	_, err = r.Start(ctx, "ext", o)
 	wantErr(t, "a start of externally owned work", err, processes.ErrRefused)
 	if got := events(t, ctx, r, "p1"); !equal(got, []string{"registered", "started"}) {
 		t.Fatalf("events %v", got)
@@ -355,19 +345,17 @@ func testAbandon(t *testing.T, env conformance.Env) {
 	if _, _, err := r.Finish(ctx, "ext", processes.TypeAbandoned, a, processes.ByReconciledRequest); err != nil {
 		t.Fatal(err)
 	}
-	// Owner-bound work a node started is abandoned under the lease,
-	// naming the owner and the evidence.
+	// Owner-bound work a node started is abandoned with its runner's
+	// token, naming the owner and the evidence.
 	reg := tool(`{}`)
 	reg.Disposition = processes.OwnerBound
 	register(t, ctx, r, "ob", reg)
-	m := holder(t, ctx, d.Client(), "node-a")
-	l := claim(t, ctx, m, "ob", longTTL)
-	run, err := r.Start(ctx, "ob", l)
+	run, err := r.Start(ctx, "ob", leases.LocalOwner("node-a"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, _, err = r.Finish(ctx, "ob", processes.TypeAbandoned, processes.Abandonment{Writer: processes.Sweep, Evidence: "x"}, processes.ByReconciledRequest)
-	wantErr(t, "a sweep's abandon without the lease", err, processes.ErrRefused)
+	wantErr(t, "a sweep's abandon without a token", err, processes.ErrRefused)
 	if _, err := run.Drained(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -45,10 +45,18 @@ func (x *executor) runs(id string) int {
 // when stop is called, which waits for it.
 func worker(t *testing.T, c *streams.Client, id string, x processes.Executor) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
 	m := holder(t, testCtx(t), c, id)
+	return runWorker(t, c, m, x)
+}
+
+// runWorker starts a worker on c as m's owner; it stops when the test ends
+// or when stop is called, which waits for it.
+func runWorker(t *testing.T, c *streams.Client, m *leases.Manager, x processes.Executor) (stop func()) {
+	t.Helper()
+	id := m.Owner().ID
+	ctx, cancel := context.WithCancel(context.Background())
 	w := processes.NewWorker(processes.WorkerConfig{Registry: processes.New(c, id), Leases: m, Store: c, Executor: x,
-		TTL: time.Second, Sweep: 200 * time.Millisecond})
+		Sweep: 200 * time.Millisecond})
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	var once sync.Once
@@ -192,25 +200,18 @@ func testRecoveryVerdicts(t *testing.T, env conformance.Env) {
 	ctx := testCtx(t)
 	d := conformance.Open(t, env)
 	r := processes.New(d.Client(), "client")
-	// A runner that dies: it starts attempts under leases that it never
-	// renews, and its node's liveness key is deleted (proof of death).
+	// A runner that dies: its node's liveness key is deleted (proof of
+	// death).
 	deadOwner := leases.LocalOwner("dead-node")
 	dead := leases.New(d.Client(), deadOwner)
 	if err := dead.Beat(ctx, longTTL); err != nil {
 		t.Fatal(err)
 	}
-	// A silent runner: alive as far as anyone can tell, its leases lapse.
+	// A silent runner: alive as far as anyone can tell, it writes nothing.
 	silent := holder(t, ctx, d.Client(), "silent-node")
-	// The dead runner's leases need not lapse (its death is proved); the
-	// silent one's must, and are given 2 s: a loaded cluster can take a
-	// second between a claim and the start under it.
 	startBy := func(m *leases.Manager, id string, reg processes.Registration) {
 		register(t, ctx, r, id, reg)
-		ttl := 2 * time.Second
-		if m == dead {
-			ttl = longTTL
-		}
-		if _, err := r.Start(ctx, id, claim(t, ctx, m, id, ttl)); err != nil {
+		if _, err := r.Start(ctx, id, m.Owner()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -219,12 +220,14 @@ func testRecoveryVerdicts(t *testing.T, env conformance.Env) {
 	bound.Disposition = processes.OwnerBound
 	startBy(dead, "rerun-dead", rerun)
 	startBy(dead, "bound-dead", bound)
+	startBy(dead, "bound-requested", bound)
 	startBy(silent, "bound-silent", bound)
-	startBy(silent, "bound-requested", bound)
+	startBy(silent, "bound-silent-requested", bound)
+	startBy(silent, "rerun-silent", rerun)
 	register(t, ctx, r, "bound-new", bound)
 	register(t, ctx, r, "external", external("job-1"))
 	register(t, ctx, r, "external-requested", external("job-2"))
-	for _, id := range []string{"bound-requested", "external-requested"} {
+	for _, id := range []string{"bound-requested", "bound-silent-requested", "external-requested"} {
 		if _, err := r.RequestAbandon(ctx, id, "the operator says so"); err != nil {
 			t.Fatal(err)
 		}
@@ -260,17 +263,16 @@ func testRecoveryVerdicts(t *testing.T, env conformance.Env) {
 		if p.Status() != w.status || a.Writer != w.writer || x.runs(id) != w.runs {
 			t.Fatalf("%s: %s by %q, executed %d times; want %s by %q, %d", id, p.Status(), a.Writer, x.runs(id), w.status, w.writer, w.runs)
 		}
-		if w.writer == processes.Sweep && (!strings.Contains(a.Evidence, "liveness gone") || a.Owner == nil || a.Owner.Node != "dead-node") {
+		if strings.HasPrefix(id, "bound-") && w.writer != "" && (!strings.Contains(a.Evidence, "liveness gone") || a.Owner == nil || a.Owner.Node != "dead-node") {
 			t.Fatalf("%s: abandoned on evidence %q naming %+v", id, a.Evidence, a.Owner)
 		}
 	}
-	// Time alone ends nothing: the silent runner's started owner-bound work
-	// stays open, and unrun, and external work is never run, over some
-	// fifteen sweeps after the silent runner's lease lapsed (with
-	// bound-requested's, which was abandoned above).
+	// Time alone ends nothing: the silent runner's started work stays
+	// open, and is not run again, request or not, and external work is
+	// never run, over some fifteen sweeps.
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
-		for _, id := range []string{"bound-silent", "external"} {
+		for _, id := range []string{"bound-silent", "bound-silent-requested", "rerun-silent", "external"} {
 			p, err := r.Get(ctx, id)
 			if err != nil || p.Ended() || x.runs(id) != 0 {
 				t.Fatalf("%s: %+v, %v, executed %d times; want it left as it is", id, p, err, x.runs(id))
@@ -292,13 +294,9 @@ func testGivesUp(t *testing.T, env conformance.Env) {
 	d := conformance.Open(t, env)
 	r := processes.New(d.Client(), "client")
 	register(t, ctx, r, "crashy", tool(`{}`))
-	m := holder(t, ctx, d.Client(), "node-a")
+	gone := leases.LocalOwner("gone-node") // no liveness key: proved dead
 	for range processes.MaxAttempts {
-		l := claim(t, ctx, m, "crashy", longTTL)
-		if _, err := r.Start(ctx, "crashy", l); err != nil {
-			t.Fatal(err)
-		}
-		if err := m.Release(ctx, l); err != nil {
+		if _, err := r.Start(ctx, "crashy", gone); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -311,47 +309,37 @@ func testGivesUp(t *testing.T, env conformance.Env) {
 	}
 }
 
-// testOwnerBoundLeaseLost: started owner-bound work whose attempt stopped
-// when its lease was lost (expired during a partition, say), on a node that
-// lives on, is abandoned on its runner's own word, not left running with
-// no attempt anywhere.
-func testOwnerBoundLeaseLost(t *testing.T, env conformance.Env) {
+// testOwnStopped: started work whose runner is the worker's own node but
+// which the worker does not run (an attempt that stopped with no outcome
+// written) is taken up on the runner's own word, though its node lives:
+// owner-bound work is abandoned, rerunnable work runs again.
+func testOwnStopped(t *testing.T, env conformance.Env) {
 	ctx := testCtx(t)
 	d := conformance.Open(t, env)
 	r := processes.New(d.Client(), "client")
-	var running atomic.Int32
-	x := &executor{fn: func(ctx context.Context, run *processes.Run) (json.RawMessage, error) {
-		running.Add(1)
-		defer running.Add(-1)
-		<-ctx.Done()
-		return nil, ctx.Err()
-	}}
-	worker(t, d.Reopen(t), "runner", x)
+	c := d.Reopen(t)
+	m := holder(t, ctx, c, "runner")
 	bound := tool(`{}`)
 	bound.Disposition = processes.OwnerBound
 	register(t, ctx, r, "deploy", bound)
-	testenv.WaitFor(t, 15*time.Second, func() error {
-		if running.Load() != 1 {
-			return fmt.Errorf("not running yet")
+	register(t, ctx, r, "build", tool(`{}`))
+	for _, id := range []string{"deploy", "build"} {
+		if _, err := r.Start(ctx, id, m.Owner()); err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	})
-	key, err := leases.Key("proc", "deploy")
-	if err != nil {
-		t.Fatal(err)
 	}
-	e, err := d.Client().KVGet(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.Client().KVDelete(ctx, key, e.Revision); err != nil {
-		t.Fatal(err)
-	}
+	x := &executor{fn: func(ctx context.Context, run *processes.Run) (json.RawMessage, error) {
+		return json.RawMessage(fmt.Sprint(run.Attempt())), nil
+	}}
+	runWorker(t, c, m, x)
 	p := await(t, r, "deploy")
 	var a processes.Abandonment
 	if p.Status() != processes.Abandoned || json.Unmarshal(p.End.Data, &a) != nil || a.Writer != processes.Sweep ||
-		!strings.Contains(a.Evidence, "stopped attempt 1") || x.runs("deploy") != 1 {
-		t.Fatalf("after its lease was lost: %s %s, executed %d times; want abandoned on the runner's word, run once", p.Status(), p.End.Data, x.runs("deploy"))
+		!strings.Contains(a.Evidence, "stopped attempt 1") || x.runs("deploy") != 0 {
+		t.Fatalf("owner-bound work its runner stopped: %s %s, executed %d times; want abandoned on the runner's word, not run", p.Status(), p.End.Data, x.runs("deploy"))
+	}
+	if p := await(t, r, "build"); p.Status() != processes.Completed || string(p.End.Data) != "2" || x.runs("build") != 1 {
+		t.Fatalf("rerunnable work its runner stopped: %s %s, executed %d times; want completed by attempt 2", p.Status(), p.End.Data, x.runs("build"))
 	}
 }
 
@@ -377,7 +365,7 @@ func testWaitersApart(t *testing.T, env conformance.Env) {
 	c := d.Reopen(t)
 	wctx, cancel := context.WithCancel(context.Background())
 	w := processes.NewWorker(processes.WorkerConfig{Registry: processes.New(c, "worker"), Leases: holder(t, ctx, c, "worker"), Store: c, Executor: x,
-		TTL: 5 * time.Second, Sweep: time.Hour, Concurrency: 1,
+		Sweep: time.Hour, Concurrency: 1,
 		Class: func(p *processes.Process) (string, int) {
 			if p.Registration.Label == "waits" {
 				return "waits", 3
@@ -428,8 +416,7 @@ func testWaitersApart(t *testing.T, env conformance.Env) {
 // testWatchRunners: a worker that sweeps once an hour still takes over at
 // once the work of a runner proved dead after it caught up: a runner on
 // this host whose PID is gone (rerunnable work runs again), one whose
-// node's liveness is gone (owner-bound work is abandoned), and the holder
-// of a lease that died before it started anything.
+// node's liveness is gone (owner-bound work is abandoned).
 func testWatchRunners(t *testing.T, env conformance.Env) {
 	ctx := testCtx(t)
 	d := conformance.Open(t, env)
@@ -440,7 +427,7 @@ func testWatchRunners(t *testing.T, env conformance.Env) {
 	c := d.Reopen(t)
 	wctx, cancel := context.WithCancel(context.Background())
 	w := processes.NewWorker(processes.WorkerConfig{Registry: processes.New(c, "watcher"), Leases: holder(t, ctx, c, "watcher"), Store: c, Executor: x,
-		TTL: 5 * time.Second, Sweep: time.Hour, Watch: 100 * time.Millisecond})
+		Sweep: time.Hour, Watch: 100 * time.Millisecond})
 	done := make(chan error, 1)
 	go func() { done <- w.Run(wctx) }()
 	defer func() { cancel(); <-done }()
@@ -471,24 +458,19 @@ func testWatchRunners(t *testing.T, env conformance.Env) {
 	if err := far.Beat(ctx, longTTL); err != nil {
 		t.Fatal(err)
 	}
-	// The runners claim and start while alive: the worker finds their
-	// leases busy. Then they die.
-	own := func(m *leases.Manager, id string, reg processes.Registration, start bool) {
+	// The runners register and start in one write while alive: the worker
+	// leaves their work to them. Then they die.
+	own := func(m *leases.Manager, id string, reg processes.Registration) {
 		t.Helper()
-		l := claim(t, ctx, m, id, longTTL)
-		register(t, ctx, r, id, reg)
-		if start {
-			if _, err := r.Start(ctx, id, l); err != nil {
-				t.Fatal(err)
-			}
+		if _, _, created, err := r.RegisterStarted(ctx, id, reg, m.Owner()); err != nil || !created {
+			t.Fatalf("RegisterStarted(%s) = created %v, %v", id, created, err)
 		}
 	}
 	bound := tool(`{"n":1}`)
 	bound.Disposition = processes.OwnerBound
-	own(gonePID, "rerun-gone-pid", tool(`{"n":2}`), true)
-	own(far, "bound-far", bound, true)
-	own(gonePID, "claimed-not-started", tool(`{"n":3}`), false)
-	for _, id := range []string{"rerun-gone-pid", "bound-far", "claimed-not-started"} {
+	own(gonePID, "rerun-gone-pid", tool(`{"n":2}`))
+	own(far, "bound-far", bound)
+	for _, id := range []string{"rerun-gone-pid", "bound-far"} {
 		if p, err := r.Get(ctx, id); err != nil || p.Ended() || x.runs(id) != 0 {
 			t.Fatalf("%s before its runner died: %+v, %v, run %d times", id, p, err, x.runs(id))
 		}
@@ -503,7 +485,7 @@ func testWatchRunners(t *testing.T, env conformance.Env) {
 	if _, err := d.Client().KVDelete(ctx, key, e.Revision); err != nil {
 		t.Fatal(err)
 	}
-	for id, want := range map[string]processes.Status{"rerun-gone-pid": processes.Completed, "bound-far": processes.Abandoned, "claimed-not-started": processes.Completed} {
+	for id, want := range map[string]processes.Status{"rerun-gone-pid": processes.Completed, "bound-far": processes.Abandoned} {
 		if p := await(t, r, id); p.Status() != want {
 			t.Fatalf("%s: %s %s; want %s, though no sweep came", id, p.Status(), p.End.Data, want)
 		}

@@ -38,8 +38,8 @@ var subtests = []struct {
 	{"events/keyed-terminal-and-cancel", testKeyed},
 	{"events/one-terminal-among-racers", testOneTerminal},
 	{"events/unknown-process", testUnknown},
-	{"lease/fencing", testFencing},
-	{"lease/owner-bound-starts-once", testOwnerBoundOnce},
+	{"attempt/fencing", testFencing},
+	{"attempt/owner-bound-starts-once", testOwnerBoundOnce},
 	{"abandon/writer-and-evidence", testAbandon},
 	{"await/ended", testAwaitEnded},
 	{"await/racing-terminal", testAwaitRacing},
@@ -51,7 +51,7 @@ var subtests = []struct {
 	{"worker/drain", testDrain},
 	{"recovery/verdicts", testRecoveryVerdicts},
 	{"recovery/gives-up", testGivesUp},
-	{"recovery/owner-bound-lease-lost", testOwnerBoundLeaseLost},
+	{"recovery/own-stopped-attempts", testOwnStopped},
 	{"worker/waiters-apart", testWaitersApart},
 	{"worker/watch-runners", testWatchRunners},
 }
@@ -108,19 +108,6 @@ func holder(t *testing.T, ctx context.Context, c *streams.Client, id string) *le
 		t.Fatalf("Beat(%s): %v", id, err)
 	}
 	return m
-}
-
-func claim(t *testing.T, ctx context.Context, m *leases.Manager, pid string, ttl time.Duration) *leases.Lease {
-	t.Helper()
-	key, err := leases.Key("proc", pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := m.Claim(ctx, key, ttl)
-	if err != nil {
-		t.Fatalf("Claim(%s) by %s: %v", key, m.Owner().ID, err)
-	}
-	return l
 }
 
 // events returns the types of the process's events, in order, and checks
