@@ -144,15 +144,21 @@ func NewWorker(cfg WorkerConfig) *Worker {
 
 // Run works until ctx ends. Attempts running then are stopped: owner-bound
 // work that started is marked abandoned by its owner's drain, other work
-// is handed back (released) for another worker to run again.
+// is handed back (released) for another worker to run again. One worker
+// runs beside a registry at a time (one per node): Run refuses a second.
 func (w *Worker) Run(parent context.Context) error {
+	// An attempt that names this worker's node and that it does not run
+	// is taken for stopped: two workers of one node would take each
+	// other's for stopped, so a registry has one at a time.
+	if !w.cfg.Registry.worker.CompareAndSwap(nil, w) {
+		return errors.New("processes: a worker runs beside this registry already")
+	}
+	defer w.cfg.Registry.worker.CompareAndSwap(w, nil)
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	w.mu.Lock()
 	w.runCtx, w.stopping = ctx, false
 	w.mu.Unlock()
-	w.cfg.Registry.worker.Store(w)
-	defer w.cfg.Registry.worker.CompareAndSwap(w, nil)
 	readErr := make(chan error, 1)
 	go func() { readErr <- w.read(ctx) }()
 	t := time.NewTicker(w.cfg.Sweep)
