@@ -37,10 +37,12 @@ func (n *Node) RunSweeps(ctx context.Context, every time.Duration, cfg lifecycle
 		}
 		swept, err := n.sweepOnce(ctx, cfg)
 		// Memory freed since (kept states of deleted sessions, the buffers
-		// of a burst) goes back to the system now, not when the runtime's
-		// scavenger gets to it: after a burst the node's footprint is back
-		// to what it runs on. Once a sweep, it costs a collection.
+		// of a burst, the read models' memtables and caches in C memory)
+		// goes back to the system now, not when the runtime's scavenger
+		// gets to it: after a burst the node's footprint is back to what
+		// it runs on. Once a sweep, it costs a collection.
 		debug.FreeOSMemory()
+		trimCHeap()
 		switch {
 		case errors.Is(err, leases.ErrBusy):
 		case err != nil && ctx.Err() == nil:

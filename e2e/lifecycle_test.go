@@ -114,9 +114,10 @@ func rss(t testing.TB, pid int) int64 {
 // and not one byte anywhere holds the sessions' marker.
 // LASH_LIFECYCLE_SESSIONS sets how many sessions (200; the issue's run is
 // 1,000). With LASH_LIFECYCLE_RSS=1 the node's resident memory must also
-// come back within 1.2x of what it was before the burst: it does not yet
-// (the note on issue 31 has the figures), so it is measured, not asserted,
-// by default.
+// come back within 1.2x of what it was before the burst, within four
+// minutes (the burst's msg ids stay for the two-minute dedupe window): it
+// comes to 1.21-1.24x (the note on issue 31 has the figures), so it is
+// measured, not asserted, by default.
 func TestDeleteLeavesNothing(t *testing.T) {
 	sessions := 200
 	if v := os.Getenv("LASH_LIFECYCLE_SESSIONS"); v != "" {
@@ -239,7 +240,7 @@ func TestDeleteLeavesNothing(t *testing.T) {
 		return nil
 	}
 	if os.Getenv("LASH_LIFECYCLE_RSS") == "1" {
-		testenv.WaitFor(t, time.Minute, rssBack)
+		testenv.WaitFor(t, 4*time.Minute, rssBack)
 	} else if err := rssBack(); err != nil {
 		t.Logf("not asserted (LASH_LIFECYCLE_RSS): %v", err)
 	}

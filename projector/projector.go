@@ -110,9 +110,11 @@ func Open(dir string, src Source, cfg Config) (*Projector, error) {
 		cfg.BatchSize = 1024
 	}
 	opts := &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: quiet{},
-		// A rebuild writes fast; larger memtables mean fewer flushes and
-		// compactions competing with the fold.
-		MemTableSize: 64 << 20,
+		// Small memtables: what the active one holds stays resident (with
+		// cgo, in C memory) until it fills and flushes, so a burst of
+		// writes left tens of MiB behind it at 64 MiB. A rebuild flushes
+		// more often instead.
+		MemTableSize: 2 << 20,
 		// No write-ahead log: the cursor lives in the same batches as the
 		// entries, so whatever a crash loses, it loses consistently, and
 		// the stream folds it again. Close flushes.

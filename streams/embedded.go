@@ -54,6 +54,10 @@ type Embedded struct {
 	nkey           nats.Option
 }
 
+// embeddedSyncInterval is how often the embedded server's store syncs and
+// compacts its blocks.
+const embeddedSyncInterval = 10 * time.Second
+
 // StartEmbedded starts the server and waits until it accepts connections.
 // A fatal error the server reports while it starts (a store directory it
 // cannot create or write, a port in use) ends the wait at once and is in
@@ -67,7 +71,13 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		JetStream:  true,
 		StoreDir:   cfg.StoreDir,
 		SyncAlways: !cfg.NoSync,
-		NoSigs:     true,
+		// The store's periodic pass also compacts blocks that deletes left
+		// mostly empty: at the default two minutes, a burst of deleted
+		// sessions kept its blocks (and the 8 MiB caches a read of them
+		// loads) that long after a sweep. It fsyncs what a lazy server
+		// holds, too.
+		SyncInterval: embeddedSyncInterval,
+		NoSigs:       true,
 	}
 	if opts.ServerName == "" {
 		opts.ServerName = "lash"
