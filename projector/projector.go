@@ -101,6 +101,12 @@ type Projector struct {
 	runMu   sync.Mutex    // one fold loop at a time
 }
 
+// blockCacheBytes bounds a store's block cache (Pebble's default is 8
+// MiB). A node keeps two stores, and what their caches hold after a burst
+// stays resident (with cgo, in C memory); the system's page cache serves
+// the reads a small cache misses.
+const blockCacheBytes = 2 << 20
+
 // Open opens (or creates) the store in dir.
 func Open(dir string, src Source, cfg Config) (*Projector, error) {
 	if len(cfg.Folds) == 0 || cfg.Filter == "" {
@@ -123,6 +129,9 @@ func Open(dir string, src Source, cfg Config) (*Projector, error) {
 		// Folds mostly look up keys that do not exist yet.
 		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
+	cache := pebble.NewCache(blockCacheBytes)
+	defer cache.Unref()
+	opts.Cache = cache
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("projector: open %s: %w", dir, err)
