@@ -34,15 +34,10 @@ func (r *Registry) Await(ctx context.Context, id string) (*Process, error) {
 			told = end
 		}
 		if open {
-			select {
-			case ended, ok := <-end:
-				if ok {
-					return ended, nil
-				}
-				told = nil // the worker stopped telling: read and follow the log
-			case <-ctx.Done():
-				return nil, ctx.Err()
+			if ended, err := waitTold(ctx, told); ended != nil || err != nil {
+				return ended, err
 			}
+			told = nil // the worker stopped telling: read and follow the log
 		}
 	}
 	p := &Process{ID: id}
@@ -67,16 +62,11 @@ func (r *Registry) Await(ctx context.Context, id string) (*Process, error) {
 		return p, nil
 	}
 	if told != nil {
-		select {
-		case ended, ok := <-told:
-			if ok {
-				return ended, nil
-			}
-			// The worker stopped telling: follow the log from the start.
-			p, head = &Process{ID: id}, 0
-		case <-ctx.Done():
-			return nil, ctx.Err()
+		if ended, err := waitTold(ctx, told); ended != nil || err != nil {
+			return ended, err
 		}
+		// The worker stopped telling: follow the log from the start.
+		p, head = &Process{ID: id}, 0
 	}
 	// A prune mark newer than the log read says the process was pruned
 	// since: its events will not come.
@@ -100,4 +90,15 @@ func (r *Registry) Await(ctx context.Context, id string) (*Process, error) {
 		return p, nil
 	}
 	return nil, err
+}
+
+// waitTold waits for the worker to tell the end; nil and no error when it
+// stopped telling.
+func waitTold(ctx context.Context, told <-chan *Process) (*Process, error) {
+	select {
+	case ended := <-told:
+		return ended, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }

@@ -60,6 +60,6 @@
 // Bounds: ids as in package streams (256 bytes), 32 declared event types
 // of at most 64 bytes, 64 KiB of event data or input, 64 sessions holding
 // grants, 10,000 events per process (then only its end, a new attempt,
-// its release or a cancel request). Prune removes the logs of processes that ended before a
-// cutoff, never of one that has not.
+// its release or a cancel request). Prune removes the logs of processes
+// that ended before a cutoff, never of one that has not.
 package processes

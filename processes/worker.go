@@ -318,13 +318,12 @@ func (w *Worker) watchRunners(ctx context.Context) {
 		byOwner[o] = append(byOwner[o], pid)
 	}
 	w.mu.Unlock()
-	self := w.cfg.Leases.Owner()
 	for o, pids := range byOwner {
 		if ctx.Err() != nil {
 			return
 		}
-		if o.ID == self.ID && o.Incarnation == self.Incarnation {
-			continue // this worker: its own stops are looked at where they happen
+		if w.own(o) {
+			continue // this worker's: a sweep takes up those it stopped
 		}
 		if ev, err := w.cfg.Leases.DeathEvidence(ctx, o); err != nil || ev == "" {
 			continue
@@ -360,8 +359,7 @@ func (w *Worker) consider(ctx context.Context, pid string) {
 	}
 	var f Facts
 	if snap.InAttempt() && snap.Registration.Disposition != ExternallyOwned {
-		o, self := snap.LastStart.Owner.Lease(), w.cfg.Leases.Owner()
-		if o.ID == self.ID && o.Incarnation == self.Incarnation {
+		if o := snap.LastStart.Owner.Lease(); w.own(o) {
 			// This worker started it and does not run it (not busy above):
 			// the attempt stopped with no outcome written.
 			f.RunnerGone = fmt.Sprintf("its runner stopped attempt %d (token %d) with no outcome written", snap.LastStart.Attempt, snap.LastStart.Token)
@@ -413,6 +411,12 @@ func (w *Worker) moved(now *Process) error {
 		w.open[now.ID] = now.clone()
 	}
 	return errMoved
+}
+
+// own reports whether o is this worker's node, this incarnation.
+func (w *Worker) own(o leases.Owner) bool {
+	self := w.cfg.Leases.Owner()
+	return o.ID == self.ID && o.Incarnation == self.Incarnation
 }
 
 // classOf is the pool of slots p's attempts take, and its size.
