@@ -11,6 +11,7 @@ import (
 
 	"github.com/lash-run/lash/leases"
 	"github.com/lash-run/lash/streams"
+	"github.com/lash-run/lash/testenv"
 	"github.com/lash-run/lash/tools"
 )
 
@@ -187,5 +188,61 @@ func TestTakeoverDuringParallelCalls(t *testing.T) {
 	}
 	if err := <-ran; err == nil {
 		t.Fatal("the old run ended without an error: it committed, or thinks it did")
+	}
+}
+
+// sessionSwaps counts the compare-and-sets a node's lease manager makes
+// on session leases: a claim over the marker of its own release is one.
+type sessionSwaps struct {
+	*streams.Client
+	n atomic.Int64
+}
+
+func (s *sessionSwaps) KVSwap(ctx context.Context, key string, value []byte, rev uint64, ttl time.Duration) (uint64, error) {
+	if strings.HasPrefix(key, "sess.") {
+		s.n.Add(1)
+	}
+	return s.Client.KVSwap(ctx, key, value, rev, ttl)
+}
+
+// A node forgets a deleted session at its deletion mark: its kept state
+// and the marker of its last lease release both go, so a burst of deleted
+// sessions leaves nothing of them in the node's memory; the session's next
+// run claims its lease anew, not over a marker the deletion replaced.
+func TestDeletionForgetsSession(t *testing.T) {
+	r := newRig(t)
+	n := r.node("a")
+	store := &sessionSwaps{Client: n.client}
+	n.leases = leases.New(store, n.owner)
+	s := n.Session("s1")
+	for i, key := range []string{"k1", "k2"} {
+		if _, _, err := s.Send(r.ctx, key, Input{Text: "Weather?"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Run(r.ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := store.n.Load(); got != int64(i) {
+			t.Fatalf("after run %d the node swapped session leases %d times; want %d (the second claims over its own marker)", i+1, got, i)
+		}
+	}
+	kept(t, n, "s1")
+	deleteSession(t, n.Streams(), "s1")
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		n.states.mu.Lock()
+		defer n.states.mu.Unlock()
+		if _, ok := n.states.by["s1"]; ok {
+			return errors.New("the node still keeps the deleted session's state")
+		}
+		return nil
+	})
+	if _, _, err := s.Send(r.ctx, "k3", Input{Text: "Weather?"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Run(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := store.n.Load(); got != 1 {
+		t.Fatalf("the run after the deletion swapped session leases %d more times; want none: a claim over the forgotten marker", got-1)
 	}
 }

@@ -312,6 +312,10 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 	}
 	if n.gone, err = n.nc.Subscribe(c.Subjects().AllSessionMarks(), func(m *nats.Msg) {
 		if sid, err := c.Subjects().SessionOf(m.Subject); err == nil {
+			// The marker first: a state gone says the session is.
+			if key, err := leases.Key("sess", sid); err == nil {
+				n.leases.Forget(key)
+			}
 			n.states.take(sid)
 		}
 	}); err != nil {

@@ -280,6 +280,15 @@ func (m *Manager) Release(ctx context.Context, l *Lease) error {
 	return err
 }
 
+// Forget drops what the manager remembers of key: its owner (a deleted
+// session, say) is gone for good, and a marker kept for it would stay in
+// memory until maxReleased others pushed it out.
+func (m *Manager) Forget(key string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.released, key)
+}
+
 func (m *Manager) takeReleased(key string) (uint64, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

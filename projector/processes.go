@@ -41,7 +41,7 @@ func (f *Processes) Apply(tx *Txn, m *streams.Msg) error {
 	}
 	if strings.HasSuffix(m.Subject, ".gone") {
 		// Pruned: the log is gone from the stream, so from the model.
-		tx.SetMemo(tok, (*processes.Process)(nil))
+		tx.SetMemo(tok, nil)
 		return nil
 	}
 	e, err := processes.Decode(m.Data, m.Seq)
@@ -67,7 +67,7 @@ func (f *Processes) Apply(tx *Txn, m *streams.Msg) error {
 
 func readProcess(tx *Txn, tok string) (*processes.Process, error) {
 	if p, ok := tx.Memo(tok); ok {
-		if p.(*processes.Process) == nil {
+		if p == nil {
 			return nil, ErrNotFound
 		}
 		return p.(*processes.Process), nil
@@ -95,7 +95,7 @@ func indexKeys(tok string, p *processes.Process) [][]byte {
 // and moves its index entries from what the store held.
 func (f *Processes) Flush(tx *Txn) error {
 	return tx.Changed(func(tok string, v any) error {
-		p := v.(*processes.Process)
+		p, _ := v.(*processes.Process) // nil: pruned
 		if old, err := tx.Get(key([]byte("h"), []byte(tok))); err == nil {
 			var was processes.Process
 			if json.Unmarshal(old, &was) == nil {

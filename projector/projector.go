@@ -273,8 +273,11 @@ func (p *Projector) WaitFor(ctx context.Context, seq uint64) error {
 	}
 }
 
-// memoLimit bounds the state folds keep between batches of one run.
-const memoLimit = 100_000
+// memoLimit bounds the state folds keep between batches of one run: past
+// it the memo starts empty again. What a burst left in a larger memo (a
+// head or a process per key, small objects spread over the whole heap)
+// kept the heap's pages from going back to the system long after.
+const memoLimit = 4096
 
 func memoSize(memo map[string]map[string]any) int {
 	n := 0
@@ -388,6 +391,7 @@ func (p *Projector) applyAll(items <-chan item, tail bool, cancel func()) (err e
 		if err := wait(); err != nil {
 			return fmt.Errorf("projector: commit: %w", err)
 		}
+		tx.forgetDeleted()
 		b, at := tx.b, cursor
 		done := make(chan error, 1)
 		go func() {

@@ -370,7 +370,7 @@ func forget(tx *Txn, tok string) error {
 			return err
 		}
 	}
-	tx.SetMemo(tok, (*SessionHead)(nil)) // Flush deletes its head and index entry
+	tx.SetMemo(tok, nil) // Flush deletes its head and index entry
 	return nil
 }
 
@@ -378,7 +378,7 @@ func forget(tx *Txn, tok string) error {
 // head stays in memory, and Flush writes each changed head once a batch.
 func readHead(tx *Txn, tok string) (*SessionHead, error) {
 	if h, ok := tx.Memo(tok); ok {
-		if h.(*SessionHead) == nil {
+		if h == nil {
 			return nil, ErrNotFound // deleted
 		}
 		return h.(*SessionHead), nil
@@ -407,8 +407,8 @@ func writeHead(tx *Txn, tok string, h *SessionHead) error {
 // ever run.
 func (f *Sessions) Flush(tx *Txn) error {
 	return tx.Changed(func(tok string, h any) error {
-		head := h.(*SessionHead)
-		if head == nil {
+		head, _ := h.(*SessionHead)
+		if head == nil { // deleted
 			if err := tx.Delete(key([]byte("h"), []byte(tok))); err != nil {
 				return err
 			}

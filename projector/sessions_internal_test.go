@@ -67,3 +67,28 @@ func TestForgedListLength(t *testing.T) {
 		t.Fatalf("decodeInputUses: %d made, %v", cap(uses), err)
 	}
 }
+
+// What a fold deleted leaves the memo once its batch is written, so a
+// burst of deleted sessions or pruned processes leaves no entry behind;
+// within the batch a read still sees the deletion, and what the batch
+// changed otherwise stays.
+func TestMemoForgetsDeleted(t *testing.T) {
+	memo := map[string]map[string]any{}
+	tx := &Txn{memo: memo, dirty: map[string]map[string]struct{}{}, fold: SessionsFold}
+	tx.SetMemo("gone", &SessionHead{})
+	tx.SetMemo("kept", &SessionHead{})
+	tx.SetMemo("gone", nil)
+	if v, ok := tx.Memo("gone"); !ok || v != nil {
+		t.Fatalf("within the batch a deleted key reads %v, %v; want nil, true", v, ok)
+	}
+	if head, err := readHead(tx, "gone"); err != ErrNotFound || head != nil {
+		t.Fatalf("readHead of a deleted key within its batch: %v, %v; want ErrNotFound", head, err)
+	}
+	tx.forgetDeleted()
+	if _, ok := memo[SessionsFold]["gone"]; ok {
+		t.Fatal("the memo keeps a deleted key after its batch")
+	}
+	if _, ok := memo[SessionsFold]["kept"]; !ok {
+		t.Fatal("the memo lost a key the batch changed")
+	}
+}

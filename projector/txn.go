@@ -101,7 +101,10 @@ func (t *Txn) Memo(key string) (any, bool) {
 	return v, ok
 }
 
-// SetMemo caches v under key and marks it changed in this Txn.
+// SetMemo caches v under key and marks it changed in this Txn. A nil v
+// says the fold deleted what key held: reads in this batch see it gone
+// (Memo returns nil, true), and once the batch is written the memo forgets
+// key, so what is deleted leaves nothing in memory either.
 func (t *Txn) SetMemo(key string, v any) {
 	m, d := t.memo[t.fold], t.dirty[t.fold]
 	if m == nil {
@@ -114,6 +117,19 @@ func (t *Txn) SetMemo(key string, v any) {
 	}
 	m[key] = v
 	d[key] = struct{}{}
+}
+
+// forgetDeleted drops the memo entries this Txn set to nil, once its
+// batch holds the deletions: reads after it settle on that batch.
+func (t *Txn) forgetDeleted() {
+	for fold, keys := range t.dirty {
+		m := t.memo[fold]
+		for k := range keys {
+			if v, ok := m[k]; ok && v == nil {
+				delete(m, k)
+			}
+		}
+	}
 }
 
 // Changed calls fn for every memo key of the fold set in this Txn.
