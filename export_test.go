@@ -3,6 +3,7 @@ package lash
 import (
 	"context"
 
+	"github.com/lash-run/lash/leases"
 	"github.com/lash-run/lash/triggers"
 )
 
@@ -23,3 +24,8 @@ func (n *Node) parked(ctx context.Context) ([]parkedCall, error) {
 
 // withHold calls hold as each signal or fired timer is taken.
 func withHold(hold func(kind, subject string)) Option { return func(o *options) { o.hold = hold } }
+
+// withLeaseStore wraps the store of the node's leases and liveness.
+func withLeaseStore(f func(leases.Store) leases.Store) Option {
+	return func(o *options) { o.leaseStore = f }
+}

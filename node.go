@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lash-run/lash/blobs"
@@ -68,6 +69,9 @@ type options struct {
 	// hold, if set, is called as a signal or a fired timer is taken, before
 	// anything is done with it (tests hold work there to kill the node).
 	hold func(kind, subject string)
+	// leaseStore, if set, wraps the store of the node's leases and
+	// liveness (tests make beats fail there).
+	leaseStore func(leases.Store) leases.Store
 }
 
 // WithConn uses an existing NATS connection.
@@ -145,8 +149,16 @@ type Node struct {
 	procProj *projector.Projector
 	blobs    *blobs.Store
 	procs    *processes.Registry
-	trigs    *triggers.Triggers
-	router   *triggers.Router
+	// worker is the process worker while RunProcesses runs: the beat
+	// tells it when the node's liveness lapses.
+	worker atomic.Pointer[processes.Worker]
+	// trusted is when the node stops trusting the liveness key its first
+	// beat wrote; the beat loop takes it from there.
+	trusted time.Time
+	// lapsed: the node's liveness lapsed and no beat has landed since.
+	lapsed atomic.Bool
+	trigs  *triggers.Triggers
+	router *triggers.Router
 	// ceiling tells entries a lease could have written (ADR 0027).
 	ceiling *ceiling
 	// agents caches the registrations of sub-agents' sessions.
@@ -259,7 +271,11 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 	// operator tells what a restarted node replayed from what it ran.
 	n.runName = o.nodeID + "/" + n.owner.Incarnation
 	n.journal = effectlog.New(c, effectlog.WithRecorder(n.runName), effectlog.WithBlobs(n.blobs), effectlog.WithSettings(fp))
-	n.leases = leases.New(c, n.owner)
+	var ls leases.Store = c
+	if o.leaseStore != nil {
+		ls = o.leaseStore(c)
+	}
+	n.leases = leases.New(ls, n.owner)
 	n.procs = processes.New(c, o.nodeID)
 	n.trigs = triggers.New(c, o.nodeID)
 	rc := triggers.RouterConfig{Triggers: n.trigs, Registry: n.procs, Store: c, Logger: o.logger}
@@ -268,10 +284,12 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 	}
 	n.router = triggers.NewRouter(rc)
 	n.runner = tools.NewRunner(o.tools, tools.WithDefaultTimeout(o.toolTime), tools.WithLogger(o.logger))
+	beganBeat := time.Now()
 	if err := n.leases.Beat(ctx, o.leaseTTL); err != nil {
 		n.closeConn()
 		return nil, fmt.Errorf("lash: node liveness: %w", err)
 	}
+	n.trusted = n.leases.TrustedUntil(beganBeat, o.leaseTTL)
 	bctx, stop := context.WithCancel(context.Background())
 	n.stop = stop
 	if o.projection != "" {
@@ -328,17 +346,61 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 	return n, nil
 }
 
+// beat keeps the node's liveness key. The node trusts its key for the
+// TTL less a margin after the start of the last beat that landed, by its
+// own clock; past that, or when a beat that landed found the key gone,
+// other nodes may have taken it for dead and its background work over,
+// and the process worker stops what it runs (processes.Worker.Lapsed).
+// Session runs need nothing of the kind: each keeps a lease of its own.
 func (n *Node) beat(ctx context.Context) {
 	defer n.beats.Done()
 	t := time.NewTicker(n.opts.heartbeat)
 	defer t.Stop()
+	trusted, lapsed := n.trusted, false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := n.leases.Beat(ctx, n.opts.leaseTTL); err != nil && ctx.Err() == nil {
+			// A beat cannot land after the key is no longer trusted: a
+			// call still out then counts as failed.
+			bctx, cancel := ctx, context.CancelFunc(func() {})
+			if !lapsed {
+				bctx, cancel = context.WithDeadline(ctx, trusted)
+			}
+			start := time.Now()
+			gone, err := n.leases.Heartbeat(bctx, n.opts.leaseTTL)
+			cancel()
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err == nil:
+				trusted = n.leases.TrustedUntil(start, n.opts.leaseTTL)
+				if gone && !lapsed {
+					n.opts.logger.Warn("the node's liveness key had lapsed; its background attempts stop, as other nodes may have taken them",
+						"node", n.opts.nodeID)
+					n.livenessLapsed()
+				}
+				if gone || lapsed {
+					n.opts.logger.Info("the node's liveness is back", "node", n.opts.nodeID)
+				}
+				// Told at every beat, not only when the lapse ends: a worker
+				// that began meanwhile may have been told of the lapse late.
+				lapsed = false
+				n.lapsed.Store(false)
+				if w := n.worker.Load(); w != nil {
+					w.Alive()
+				}
+			default:
 				n.opts.logger.Warn("node liveness beat failed", "node", n.opts.nodeID, "err", err)
+				if !lapsed && !time.Now().Before(trusted) {
+					lapsed = true
+					n.opts.logger.Warn("no liveness beat landed while the node could trust its key; its background attempts stop until one does",
+						"node", n.opts.nodeID)
+				}
+				if lapsed {
+					n.livenessLapsed()
+				}
 			}
 			// The LIVE stream is in memory: a server's restart loses it.
 			if made, err := n.client.EnsureLive(ctx); err != nil && ctx.Err() == nil {
@@ -347,6 +409,15 @@ func (n *Node) beat(ctx context.Context) {
 				n.opts.logger.Info("the LIVE stream was missing (its server restarted); made it again")
 			}
 		}
+	}
+}
+
+// livenessLapsed stops the background attempts this node runs: other
+// nodes may take them over now.
+func (n *Node) livenessLapsed() {
+	n.lapsed.Store(true)
+	if w := n.worker.Load(); w != nil {
+		w.Lapsed()
 	}
 }
 

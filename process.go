@@ -94,7 +94,12 @@ func (n *Node) RunProcesses(ctx context.Context) error {
 			case <-tctx.Done():
 			}
 		}})
+	n.worker.Store(w)
+	if n.lapsed.Load() {
+		w.Lapsed()
+	}
 	err = w.Run(ctx)
+	n.worker.CompareAndSwap(w, nil)
 	stopTelling()
 	<-told
 	return err

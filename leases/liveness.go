@@ -18,30 +18,49 @@ const nodeKind = "node"
 // node whose key is gone, or names another incarnation, is dead, and its
 // leases may be reclaimed at once.
 func (m *Manager) Beat(ctx context.Context, ttl time.Duration) error {
+	_, err := m.Heartbeat(ctx, ttl)
+	return err
+}
+
+// Heartbeat is Beat that also says whether the key had lapsed before it
+// landed: gone (expired, or never written) or naming another incarnation.
+// Meanwhile every other node took this one for dead and may have taken
+// its work.
+func (m *Manager) Heartbeat(ctx context.Context, ttl time.Duration) (lapsed bool, err error) {
 	if err := checkTTL(ttl); err != nil {
-		return err
+		return false, err
 	}
 	key, err := Key(nodeKind, m.owner.ID)
 	if err != nil {
-		return err
+		return false, err
 	}
 	data, err := msgpack.Marshal(&value{Owner: m.owner})
 	if err != nil {
-		return err
+		return false, err
 	}
 	for range 3 {
 		e, err := m.s.KVGet(ctx, key)
 		switch {
 		case errors.Is(err, streams.ErrNotFound):
+			lapsed = true
 			_, err = m.s.KVCreate(ctx, key, data, ttl)
 		case err == nil:
+			var v value
+			lapsed = msgpack.Unmarshal(e.Value, &v) != nil || v.Owner.Incarnation != m.owner.Incarnation
 			_, err = m.s.KVSwap(ctx, key, data, e.Revision, ttl)
 		}
 		if !errors.Is(err, streams.ErrConflict) {
-			return err
+			return lapsed, err
 		}
 	}
-	return errors.New("leases: node liveness kept racing")
+	return lapsed, errors.New("leases: node liveness kept racing")
+}
+
+// TrustedUntil is when a holder that began a write of its lease or
+// liveness key at start, with ttl, stops trusting it: ahead of the
+// server's expiry by the manager's margin, on this process's clock.
+func (m *Manager) TrustedUntil(start time.Time, ttl time.Duration) time.Time {
+	return start.Add(ttl - m.margin(ttl))
 }
 
 // Alive reports whether owner's node has a liveness key for its

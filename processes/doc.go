@@ -43,7 +43,8 @@
 // work only when its runner is gone (its node's liveness or PID, or its
 // own node's word). Elapsed time alone never ends anything. An executor's
 // error marked Retryable releases the attempt; at most MaxAttempts
-// attempts begin.
+// attempts begin. A worker told its node's liveness lapsed (Lapsed) stops
+// its attempts as at a drain and begins none until Alive.
 //
 // A process registered where a worker runs and has a slot for it is
 // registered with its first attempt started in the same write and run at

@@ -49,7 +49,7 @@ type ticket struct {
 func (w *Worker) reserve(id string, reg Registration) *ticket {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.runCtx == nil || w.stopping || !w.caught {
+	if w.runCtx == nil || w.stopping || !w.caught || w.lapsed {
 		return nil
 	}
 	if _, busy := w.running[id]; busy {

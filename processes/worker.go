@@ -99,6 +99,9 @@ type Worker struct {
 	// registry; stopping is set when Run stops taking them.
 	runCtx   context.Context
 	stopping bool
+	// lapsed: the node's liveness lapsed (Lapsed) and is not back (Alive);
+	// the worker begins nothing meanwhile.
+	lapsed bool
 	// waiters are the local awaiters of processes not ended (watch).
 	waiters map[string][]chan *Process
 	slots   slots
@@ -118,7 +121,31 @@ var (
 	// process's end, which the reader reports.
 	errMoved      = errors.New("processes: the log moved under the decision")
 	errMovedToEnd = fmt.Errorf("%w: the process ended", errMoved)
+	errLapsed     = errors.New("processes: the node's liveness lapsed")
 )
+
+// Lapsed tells the worker that its node's liveness lapsed: no beat landed
+// while the node could trust its key, or a beat that landed found the key
+// gone. Every other node may have taken the node for dead and its
+// attempts over, so the attempts running here stop, as at a drain (handed
+// back; started owner-bound work marked abandoned, writes the new runner's
+// token fences), and until Alive the worker begins no attempt and takes
+// over nothing: a node that cannot show it is alive runs no work.
+func (w *Worker) Lapsed() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lapsed = true
+	for _, cancel := range w.running {
+		cancel(errLapsed)
+	}
+}
+
+// Alive ends a lapse: the node's liveness key is its own again.
+func (w *Worker) Alive() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.lapsed = false
+}
 
 // NewWorker returns a worker; Run starts it.
 func NewWorker(cfg WorkerConfig) *Worker {
@@ -349,12 +376,13 @@ func (w *Worker) consider(ctx context.Context, pid string) {
 	w.mu.Lock()
 	p, ok := w.open[pid]
 	_, busy := w.running[pid]
+	lapsed := w.lapsed
 	var snap *Process
 	if ok {
 		snap = p.clone()
 	}
 	w.mu.Unlock()
-	if !ok || busy {
+	if !ok || busy || lapsed {
 		return
 	}
 	var f Facts
@@ -389,6 +417,12 @@ func (w *Worker) consider(ctx context.Context, pid string) {
 	}
 	actx, cancel := context.WithCancelCause(ctx)
 	w.mu.Lock()
+	if w.lapsed { // since the look above
+		w.mu.Unlock()
+		cancel(nil)
+		w.slots.give(class) // one waiting for it is found by the sweep
+		return
+	}
 	w.running[pid] = cancel
 	w.mu.Unlock()
 	w.wg.Add(1)
@@ -566,9 +600,9 @@ func (w *Worker) execute(ctx context.Context, run *Run) error {
 			return err
 		})
 	case cause != nil:
-		// The worker stops: owner-bound work that started is not run
-		// again, so its owner says it is abandoned; other work is handed
-		// back for another worker to run.
+		// The worker stops, or its node's liveness lapsed: owner-bound
+		// work that started is not run again, so its owner says it is
+		// abandoned; other work is handed back for another worker to run.
 		if p.Registration.Disposition == OwnerBound {
 			err = w.settle(ctx, func(wctx context.Context) error { _, err := run.Drained(wctx); return err })
 		} else {
