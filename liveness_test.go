@@ -80,14 +80,14 @@ func (h *holdCalls) register(t *testing.T, reg *tools.Registry) {
 	}
 }
 
-// livenessNode runs processes on a node with a one-second lease TTL whose
+// livenessNode runs processes on a node with a two-second lease TTL whose
 // liveness the test can cut off, and a "hold" tool.
 func livenessNode(t *testing.T, r *rig) (*Node, *cutLiveness, *holdCalls) {
 	t.Helper()
 	reg, hold := tools.New(), &holdCalls{started: make(chan int, 8), ended: make(chan error, 8)}
 	hold.register(t, reg)
 	store := &cutLiveness{}
-	n := r.node("a", WithTools(reg), WithLeaseTTL(time.Second), WithToolTimeout(time.Hour),
+	n := r.node("a", WithTools(reg), WithLeaseTTL(2*time.Second), WithToolTimeout(time.Hour),
 		withLeaseStore(func(s leases.Store) leases.Store { store.Store = s; return store }))
 	ctx, cancel := context.WithCancel(r.ctx)
 	done := make(chan struct{})
