@@ -232,7 +232,7 @@ func (m *Manager) Claim(ctx context.Context, key string, ttl time.Duration) (*Le
 }
 
 func (m *Manager) lease(key string, token, rev uint64, ttl time.Duration, start time.Time) *Lease {
-	return &Lease{Key: key, Token: token, Revision: rev, Owner: m.owner, TTL: ttl, ExpiresAt: start.Add(ttl - m.margin(ttl))}
+	return &Lease{Key: key, Token: token, Revision: rev, Owner: m.owner, TTL: ttl, ExpiresAt: m.TrustedUntil(start, ttl)}
 }
 
 // Renew extends l by its TTL if it is still the standing value of its key;
@@ -253,7 +253,7 @@ func (m *Manager) Renew(ctx context.Context, l *Lease) error {
 	}
 	l.mu.Lock()
 	l.Revision = rev
-	l.ExpiresAt = start.Add(l.TTL - m.margin(l.TTL))
+	l.ExpiresAt = m.TrustedUntil(start, l.TTL)
 	l.mu.Unlock()
 	return nil
 }
