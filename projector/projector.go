@@ -70,11 +70,25 @@ type Config struct {
 	Folds  []Fold
 	// BatchSize caps the messages applied in one Pebble batch. Default 1024.
 	BatchSize int
+	// BatchBytes caps what one Pebble batch writes: the batch is committed
+	// after the message that took it past. Default DefaultBatchBytes.
+	BatchBytes int
 	// Verify, if set, vouches for each message before any fold sees it
 	// (streams.Client.Verify): one it refuses is set aside in the
 	// quarantine under the fold name "signature" and folded by none.
 	Verify func(*streams.Msg) error
 }
+
+// DefaultBatchBytes keeps a batch well under half the memtable
+// (memTableBytes): Pebble holds a larger batch apart until a flush of its
+// own, and drops rather than reuses a buffer over 1 MiB. A thousand commits
+// of 64 KiB bodies made batches of 64 MiB, most of a burst's heap.
+const DefaultBatchBytes = 256 << 10
+
+// memTableBytes is a store's memtable size. Pebble keeps the active
+// memtable and the last flushed one (for reuse) fully allocated, with cgo
+// in C memory: a node's two stores hold four of them for good.
+const memTableBytes = 1 << 20
 
 // SignatureFold names the quarantine entries of messages Config.Verify
 // refused.
@@ -115,12 +129,14 @@ func Open(dir string, src Source, cfg Config) (*Projector, error) {
 	if cfg.BatchSize <= 0 {
 		cfg.BatchSize = 1024
 	}
+	if cfg.BatchBytes <= 0 {
+		cfg.BatchBytes = DefaultBatchBytes
+	}
 	opts := &pebble.Options{FormatMajorVersion: pebble.FormatNewest, Logger: quiet{},
-		// Small memtables: what the active one holds stays resident (with
-		// cgo, in C memory) until it fills and flushes, so a burst of
-		// writes left tens of MiB behind it at 64 MiB. A rebuild flushes
-		// more often instead.
-		MemTableSize: 2 << 20,
+		// Small memtables: they stay resident (with cgo, in C memory), so
+		// at 64 MiB a burst of writes left tens of MiB behind it. A
+		// rebuild flushes more often instead.
+		MemTableSize: memTableBytes,
 		// No write-ahead log: the cursor lives in the same batches as the
 		// entries, so whatever a crash loses, it loses consistently, and
 		// the stream folds it again. Close flushes.
@@ -359,12 +375,16 @@ func (p *Projector) applyAll(items <-chan item, tail bool, cancel func()) (err e
 		inflight = nil
 		return err
 	}
-	tx := p.newTxn(memo, wait)
+	// A batch is taken when a message comes, not ahead: an idle projector
+	// would hold a pooled batch's buffer (up to 1 MiB) resident.
+	var tx *Txn
 	defer func() {
 		if werr := wait(); err == nil && werr != nil {
 			err = fmt.Errorf("projector: commit: %w", werr)
 		}
-		tx.b.Close()
+		if tx != nil {
+			tx.b.Close()
+		}
 		if err != nil {
 			cancel()
 			for range items {
@@ -403,7 +423,7 @@ func (p *Projector) applyAll(items <-chan item, tail bool, cancel func()) (err e
 			done <- err
 		}()
 		inflight = done
-		tx = p.newTxn(memo, wait) // the old batch belongs to the commit now
+		tx = nil // the batch belongs to the commit now
 		n = 0
 		if memoSize(memo) > memoLimit {
 			if err := wait(); err != nil {
@@ -414,6 +434,9 @@ func (p *Projector) applyAll(items <-chan item, tail bool, cancel func()) (err e
 		return nil
 	}
 	for it := range items {
+		if tx == nil {
+			tx = p.newTxn(memo, wait)
+		}
 		m := it.m
 		if id := m.BatchID(); id != "" {
 			if len(open) > 0 && open[0].m.BatchID() != id {
@@ -434,7 +457,7 @@ func (p *Projector) applyAll(items <-chan item, tail bool, cancel func()) (err e
 		}
 		cursor = m.Seq
 		n++
-		if n >= p.cfg.BatchSize || (tail && it.pending == 0) {
+		if n >= p.cfg.BatchSize || tx.b.Len() >= p.cfg.BatchBytes || (tail && it.pending == 0) {
 			if err := flush(); err != nil {
 				return err
 			}

@@ -551,3 +551,58 @@ func TestQuarantineSameWhateverTheBatches(t *testing.T) {
 		t.Fatalf("quarantine folded a message a batch: %+v; all in one batch: %+v", one, many)
 	}
 }
+
+// bigFold writes each message's payload and counts, at each batch's
+// flush, the messages the batch held.
+type bigFold struct{ batches *[]int }
+
+func (bigFold) Name() string { return "big" }
+func (f bigFold) Apply(tx *projector.Txn, m *streams.Msg) error {
+	n, _ := tx.Memo("n")
+	c, _ := n.(int)
+	tx.SetMemo("n", c+1)
+	return tx.Set(fmt.Appendf(nil, "%020d", m.Seq), m.Data)
+}
+func (f bigFold) Flush(tx *projector.Txn) error {
+	n, _ := tx.Memo("n")
+	c, _ := n.(int)
+	*f.batches = append(*f.batches, c)
+	tx.SetMemo("n", 0)
+	return nil
+}
+
+// A batch is committed once it holds BatchBytes, however many messages
+// are waiting: large records never make one batch of tens of MiB.
+func TestBatchBytesBound(t *testing.T) {
+	e := newEnv(t)
+	js, err := jetstream.New(e.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n, size = 40, 100 << 10
+	for i := range n {
+		if _, err := js.Publish(e.ctx, fmt.Sprintf("lash.sess.big-%d.ev", i), bytes.Repeat([]byte{'x'}, size)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var batches []int
+	p, err := projector.Open(t.TempDir(), e.c, projector.Config{Stream: streams.Sessions, Filter: "lash.sess.>",
+		Folds: []projector.Fold{bigFold{batches: &batches}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.CatchUp(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	most, sum := projector.DefaultBatchBytes/size+1, 0
+	for _, b := range batches {
+		sum += b
+		if b > most {
+			t.Fatalf("a batch held %d messages of %d bytes, over %d bytes (batches %v)", b, size, projector.DefaultBatchBytes, batches)
+		}
+	}
+	if sum != n {
+		t.Fatalf("the batches held %d messages, %d were stored (batches %v)", sum, n, batches)
+	}
+}
