@@ -356,7 +356,7 @@ func (n *Node) beat(ctx context.Context) {
 	defer n.beats.Done()
 	t := time.NewTicker(n.opts.heartbeat)
 	defer t.Stop()
-	trusted, lapsed := n.trusted, false
+	trusted := n.trusted
 	for {
 		select {
 		case <-ctx.Done():
@@ -364,6 +364,7 @@ func (n *Node) beat(ctx context.Context) {
 		case <-t.C:
 			// A beat cannot land after the key is no longer trusted: a
 			// call still out then counts as failed.
+			lapsed := n.lapsed.Load() // this loop alone writes it
 			bctx, cancel := ctx, context.CancelFunc(func() {})
 			if !lapsed {
 				bctx, cancel = context.WithDeadline(ctx, trusted)
@@ -386,7 +387,6 @@ func (n *Node) beat(ctx context.Context) {
 				}
 				// Told at every beat, not only when the lapse ends: a worker
 				// that began meanwhile may have been told of the lapse late.
-				lapsed = false
 				n.lapsed.Store(false)
 				if w := n.worker.Load(); w != nil {
 					w.Alive()
@@ -394,9 +394,9 @@ func (n *Node) beat(ctx context.Context) {
 			default:
 				n.opts.logger.Warn("node liveness beat failed", "node", n.opts.nodeID, "err", err)
 				if !lapsed && !time.Now().Before(trusted) {
-					lapsed = true
 					n.opts.logger.Warn("no liveness beat landed while the node could trust its key; its background attempts stop until one does",
 						"node", n.opts.nodeID)
+					lapsed = true
 				}
 				if lapsed {
 					n.livenessLapsed()

@@ -323,9 +323,10 @@ func TestDeleteLeavesNothing(t *testing.T) {
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
 // settledRSS waits up to limit for a process's memory to come back within
-// 1.2x of before (JetStream keeps a burst's msg ids for its two-minute
-// dedupe window, the embedded server its block caches ten seconds after
-// their last read) and returns it, back or not.
+// 1.2x of before (the node hands memory back after each sweep; an embedded
+// server keeps a burst's msg ids for its two-minute dedupe window and its
+// block caches ten seconds after their last read) and returns it, back or
+// not.
 func settledRSS(t testing.TB, pid int, before int64, limit time.Duration) int64 {
 	t.Helper()
 	deadline := time.Now().Add(limit)
