@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -242,10 +243,14 @@ func (w *Worker) Open() []string {
 	return ids
 }
 
-// read follows the stream, folding every process that has not ended.
+// read follows the stream, folding every process that has not ended. It
+// reads the prune marks too: a reader behind a prune never gets the ends
+// the purge took, and would hold the folds of processes begun here (or
+// read in part) for good.
 func (w *Worker) read(ctx context.Context) error {
+	filters := []string{w.subj.AllProcessEvents(), w.subj.AllProcessMarks()}
 	// An empty stream delivers nothing to tell the reader it caught up.
-	if _, err := w.cfg.Store.NextOnSubjects(ctx, []string{w.subj.AllProcessEvents()}, 1); errors.Is(err, streams.ErrNotFound) {
+	if _, err := w.cfg.Store.NextOnSubjects(ctx, filters, 1); errors.Is(err, streams.ErrNotFound) {
 		w.mu.Lock()
 		if !w.caught {
 			w.caught = true
@@ -253,7 +258,7 @@ func (w *Worker) read(ctx context.Context) error {
 		}
 		w.mu.Unlock()
 	}
-	return w.cfg.Store.Tail(ctx, streams.Processes, []string{w.subj.AllProcessEvents()}, 1, func(m *streams.Msg, pending uint64) error {
+	return w.cfg.Store.Tail(ctx, streams.Processes, filters, 1, func(m *streams.Msg, pending uint64) error {
 		if ended, live := w.apply(m); ended != nil && w.cfg.OnEnd != nil {
 			w.cfg.OnEnd(ended, live)
 		}
@@ -277,13 +282,32 @@ func (w *Worker) apply(m *streams.Msg) (ended *Process, live bool) {
 		w.cfg.Logger.Warn("a message on no process's subject", "subject", m.Subject, "seq", m.Seq)
 		return nil, false
 	}
-	e, signed, err := signedEvent(w.cfg.Store, m)
+	var e Event
+	mark, signed := strings.HasSuffix(m.Subject, ".gone"), false
+	if mark {
+		signed = w.cfg.Store.Verify(m) == nil
+	} else {
+		e, signed, err = signedEvent(w.cfg.Store, m)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.applied = max(w.applied, m.Seq)
 	p := w.open[pid]
 	if p != nil && m.Seq <= p.Head {
 		return nil, false // adopted from its registry with this event folded
+	}
+	if mark {
+		// Only ended processes are pruned, and the mark is written before
+		// the purge: what of the log came before it was read or is gone. A
+		// fold whose head is past the mark is of a later registration.
+		if p != nil && signed {
+			delete(w.open, pid)
+			w.tell(pid, nil) // they follow the stream, and find the mark
+			if cancel := w.running[pid]; cancel != nil {
+				cancel(errEndedElsewhere)
+			}
+		}
+		return nil, false
 	}
 	if !signed {
 		w.cfg.Logger.Error("process event set aside: not signed by the deployment", "process", pid, "seq", m.Seq)
