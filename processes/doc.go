@@ -36,7 +36,8 @@
 //     an abandon request.
 //
 // Running and recovering processes is the Worker's (ADR 0021): it follows
-// the stream, and for each process not ended applies the pure rule of its
+// the stream (the logs, and the prune marks, which end what a purge took
+// from under a reader behind it), and for each process not ended applies the pure rule of its
 // disposition (Recover): leave an open attempt to its runner while its
 // node is not shown gone, run it (rerunnable, or owner-bound not
 // started), never run it (externally owned), and end started owner-bound
