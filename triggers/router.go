@@ -249,6 +249,9 @@ func (r *Router) Deliver(ctx context.Context, m *streams.Msg) (*Occurrence, []*D
 
 // Sweep registers the process of every reservation older than SweepAfter
 // whose process was never registered, and returns how many it started.
+// Each is read again first: the reader may be behind a start mark, and a
+// prune may have taken the delivery and its ended process since, which a
+// registration would bring back to run again.
 func (r *Router) Sweep(ctx context.Context) int {
 	cutoff := r.cfg.Triggers.now().Add(-r.cfg.SweepAfter)
 	r.mu.Lock()
@@ -261,8 +264,24 @@ func (r *Router) Sweep(ctx context.Context) int {
 	r.mu.Unlock()
 	n := 0
 	for _, d := range due {
-		d := *d // the index's copy stays the index's
-		if err := r.cfg.Triggers.Start(ctx, r.cfg.Registry, &d); err != nil {
+		cur, err := r.cfg.Triggers.Delivery(ctx, d.ID)
+		if errors.Is(err, ErrNotFound) || err == nil && (cur.Started || cur.Failed != "") {
+			// Pruned, or started: the reader passes over the mark it has
+			// not read when it finds no reservation for it.
+			r.mu.Lock()
+			if r.open[d.ID] == d {
+				delete(r.open, d.ID)
+			}
+			r.mu.Unlock()
+			continue
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				r.cfg.Logger.Warn("sweep: reading a reserved delivery", "delivery", d.ID, "err", err)
+			}
+			continue
+		}
+		if err := r.cfg.Triggers.Start(ctx, r.cfg.Registry, cur); err != nil {
 			if ctx.Err() == nil {
 				r.cfg.Logger.Warn("sweep: starting a reserved delivery", "delivery", d.ID, "err", err)
 			}

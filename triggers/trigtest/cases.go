@@ -1,8 +1,10 @@
 package trigtest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/lash-run/lash/conformance"
 	"github.com/lash-run/lash/processes"
+	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/testenv"
 	"github.com/lash-run/lash/triggers"
 )
@@ -436,6 +439,102 @@ func testSweep(t *testing.T, env conformance.Env) {
 }
 
 var errDied = errors.New("node died")
+
+// heldTail holds a router's reader at sequence hold until released, as a
+// reader a burst left behind is.
+type heldTail struct {
+	*streams.Client
+	hold    uint64
+	release chan struct{}
+}
+
+func (s heldTail) Tail(ctx context.Context, st streams.Stream, filters []string, from uint64, fn func(*streams.Msg, uint64) error) error {
+	return s.Client.Tail(ctx, st, filters, from, func(m *streams.Msg, pending uint64) error {
+		if m.Seq > s.hold {
+			select {
+			case <-s.release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return fn(m, pending)
+	})
+}
+
+// A router whose reader is behind holds reservations whose start marks it
+// has not read; if their deliveries and processes were pruned meanwhile,
+// its sweep must not register the processes again (their work would run
+// a second time), and forgets the reservations.
+func testSweepAfterPrune(t *testing.T, env conformance.Env) {
+	ctx := testCtx(t)
+	d := conformance.Open(t, env)
+	c := d.Client()
+	tr := triggers.New(c, "op")
+	for _, k := range []string{"a", "b", "c"} {
+		register(t, ctx, tr, host, k, spec("deploy", ">"))
+	}
+	m := signal(t, ctx, c, "deploy.9", "sig-9", `{}`)
+	dead, _ := router(t, d.Reopen(t), "node-dead", triggers.RouterConfig{
+		AfterReserve: func(*triggers.Occurrence) { panic(errDied) }})
+	func() {
+		defer func() {
+			if r := recover(); r != errDied {
+				t.Fatalf("the dying router did not stop after reserving: %v", r)
+			}
+		}()
+		_, _, _ = dead.Deliver(ctx, m)
+	}()
+	hold, err := c.LastSeq(ctx, streams.Triggers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lc := d.Reopen(t)
+	held := heldTail{Client: lc, hold: hold, release: make(chan struct{})}
+	defer close(held.release)
+	live := triggers.NewRouter(triggers.RouterConfig{Triggers: triggers.New(lc, "node-live"), Registry: processes.New(lc, "node-live"),
+		Store: held, SweepAfter: time.Millisecond, SweepEvery: time.Hour})
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = live.Run(rctx) }()
+	defer func() { stop(); <-done }()
+	testenv.WaitFor(t, settle, func() error {
+		if n := len(live.Open()); n != 3 {
+			return fmt.Errorf("the router read %d of the three reservations", n)
+		}
+		return nil
+	})
+	// Another node starts the deliveries; their processes end and are
+	// pruned, then the deliveries: all past the held reader.
+	procs := processes.New(c, "other")
+	ds, err := tr.Deliveries(ctx)
+	if err != nil || len(ds) != 3 {
+		t.Fatalf("deliveries: %d, %v", len(ds), err)
+	}
+	for _, dl := range ds {
+		if err := tr.Start(ctx, procs, dl); err != nil {
+			t.Fatal(err)
+		}
+		subj, err := c.Subjects().ProcessEvents(dl.Process)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Purge(ctx, subj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p, err := tr.Prune(ctx, time.Now().Add(time.Hour), func(string) bool { return false }); err != nil || p.Deliveries != 3 {
+		t.Fatalf("prune = %+v, %v; want the three deliveries", p, err)
+	}
+	if n := live.Sweep(ctx); n != 0 {
+		t.Fatalf("the sweep started %d pruned deliveries again", n)
+	}
+	if ids := processIDs(t, ctx, procs); len(ids) != 0 {
+		t.Fatalf("processes registered again after their prune: %v", ids)
+	}
+	if open := live.Open(); len(open) != 0 {
+		t.Fatalf("the router still holds pruned reservations: %v", open)
+	}
+}
 
 // A sub-agent target starts a session_turn process in a session of its
 // own per delivery, with the event after the instructions.

@@ -45,6 +45,7 @@ var subtests = []struct {
 	{"router/fan-out-once", testFanOutOnce},
 	{"router/as-of-the-signal", testAsOfSignal},
 	{"router/sweep-finishes-reservations", testSweep},
+	{"router/sweep-forgets-what-was-pruned", testSweepAfterPrune},
 	{"router/agent-target", testAgentTarget},
 	{"router/unstartable-delivery-marked", testUnstartable},
 	{"prune/only-what-is-done", testPrune},
