@@ -27,6 +27,9 @@ func (n *Node) RunSweeps(ctx context.Context, every time.Duration, cfg lifecycle
 		every = DefaultSweepEvery
 	}
 	cfg.Writer = n.opts.nodeID
+	// The router keeps deleted subscriptions' histories as long as the
+	// sweeps keep them on the stream.
+	n.router.SetForget(cfg.Retention)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lash-run/lash/processes"
@@ -25,6 +26,11 @@ type RouterConfig struct {
 	// must be before the sweep takes it from the node that reserved it
 	// (default 10 s).
 	SweepEvery, SweepAfter time.Duration
+	// Forget is how long after its deletion a subscription's history stays
+	// in the index (default DefaultForget): as long as a sweep keeps it on
+	// the stream, so a router that ran for months knows what one started
+	// today does, and no more. SetForget changes it.
+	Forget time.Duration
 	// AfterReserve, if set, runs after an occurrence's reservations are
 	// stored and before any of their processes is registered: tests stop a
 	// node there.
@@ -38,6 +44,8 @@ type RouterConfig struct {
 // between the two) to register it.
 type Router struct {
 	cfg RouterConfig
+
+	forget atomic.Int64 // Forget, in nanoseconds
 
 	mu    sync.Mutex
 	moved chan struct{} // closed and replaced whenever pos moves
@@ -57,7 +65,22 @@ func NewRouter(cfg RouterConfig) *Router {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Router{cfg: cfg, moved: make(chan struct{}), subs: map[string][]*Subscription{}, open: map[string]*Delivery{}}
+	r := &Router{cfg: cfg, moved: make(chan struct{}), subs: map[string][]*Subscription{}, open: map[string]*Delivery{}}
+	r.SetForget(cfg.Forget)
+	return r
+}
+
+// DefaultForget is how long a router keeps a deleted subscription's
+// history by default: the default retention of ended work.
+const DefaultForget = 7 * 24 * time.Hour
+
+// SetForget sets how long after its deletion a subscription's history
+// stays in the index (the deployment's retention); 0 is DefaultForget.
+func (r *Router) SetForget(d time.Duration) {
+	if d <= 0 {
+		d = DefaultForget
+	}
+	r.forget.Store(int64(d))
 }
 
 // Run keeps the router's index and sweeps until ctx ends.
@@ -248,13 +271,24 @@ func (r *Router) Deliver(ctx context.Context, m *streams.Msg) (*Occurrence, []*D
 }
 
 // Sweep registers the process of every reservation older than SweepAfter
-// whose process was never registered, and returns how many it started.
+// whose process was never registered, and returns how many it started,
+// and forgets the subscriptions deleted longer than Forget ago.
 // Each is read again first: the reader may be behind a start mark, and a
 // prune may have taken the delivery and its ended process since, which a
 // registration would bring back to run again.
 func (r *Router) Sweep(ctx context.Context) int {
-	cutoff := r.cfg.Triggers.now().Add(-r.cfg.SweepAfter)
+	now := r.cfg.Triggers.now()
+	cutoff := now.Add(-r.cfg.SweepAfter)
+	forgotten := now.Add(-time.Duration(r.forget.Load()))
 	r.mu.Lock()
+	for id, states := range r.subs {
+		// A signal stored before the deletion may still come, matched as
+		// of its sequence; past the retention a sweep prunes the history
+		// from the stream too.
+		if last := states[len(states)-1]; last.Deleted && last.At.Before(forgotten) {
+			delete(r.subs, id)
+		}
+	}
 	var due []*Delivery
 	for _, d := range r.open {
 		if d.At.Before(cutoff) {

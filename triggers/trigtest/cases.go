@@ -440,6 +440,38 @@ func testSweep(t *testing.T, env conformance.Env) {
 
 var errDied = errors.New("node died")
 
+// A router forgets a deleted subscription's history once the deletion is
+// older than the retention, as a sweep prunes it from the stream: until
+// then a signal stored before the deletion is delivered to it; after, the
+// router knows what one started after the prune does.
+func testForgetDeleted(t *testing.T, env conformance.Env) {
+	ctx := testCtx(t)
+	d := conformance.Open(t, env)
+	c := d.Client()
+	tr := triggers.New(c, "op")
+	sub := register(t, ctx, tr, host, "short-lived", spec("deploy", ">"))
+	before := signal(t, ctx, c, "deploy.1", "", `{}`)
+	again := signal(t, ctx, c, "deploy.2", "", `{}`)
+	if _, err := act(ctx, tr, triggers.ActDelete, sub.Subscription, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	r, _ := router(t, d.Reopen(t), "node-a", triggers.RouterConfig{Forget: time.Hour, SweepEvery: time.Hour})
+	r.Sweep(ctx)
+	if _, ds, err := r.Deliver(ctx, before); err != nil || len(ds) != 1 || ds[0].Subscription != sub.Subscription {
+		t.Fatalf("a signal stored before the deletion: %d deliveries, %v; want one to the subscription", len(ds), err)
+	}
+	// A signal after the deletion: its delivery reads the deletion first.
+	after := signal(t, ctx, c, "deploy.3", "", `{}`)
+	if _, ds, err := r.Deliver(ctx, after); err != nil || len(ds) != 0 {
+		t.Fatalf("a signal stored after the deletion: %d deliveries, %v; want none", len(ds), err)
+	}
+	r.SetForget(time.Nanosecond)
+	r.Sweep(ctx)
+	if _, ds, err := r.Deliver(ctx, again); err != nil || len(ds) != 0 {
+		t.Fatalf("past the retention: %d deliveries, %v; want none", len(ds), err)
+	}
+}
+
 // heldTail holds a router's reader at sequence hold until released, as a
 // reader a burst left behind is.
 type heldTail struct {

@@ -44,6 +44,7 @@ var subtests = []struct {
 	{"receipts/survive-reopen", testReceiptsReopen},
 	{"router/fan-out-once", testFanOutOnce},
 	{"router/as-of-the-signal", testAsOfSignal},
+	{"router/forgets-deleted-subscriptions", testForgetDeleted},
 	{"router/sweep-finishes-reservations", testSweep},
 	{"router/sweep-forgets-what-was-pruned", testSweepAfterPrune},
 	{"router/agent-target", testAgentTarget},
