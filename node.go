@@ -161,7 +161,7 @@ type Node struct {
 	router *triggers.Router
 	// ceiling tells entries a lease could have written (ADR 0027).
 	ceiling *ceiling
-	// agents caches the registrations of sub-agents' sessions.
+	// agents caches what picks the tools of sub-agents' sessions.
 	agentsMu sync.Mutex
 	agents   map[string]*processes.Process
 	settings nodeSettings

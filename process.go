@@ -392,11 +392,18 @@ func (n *Node) toolSpecs(ctx context.Context, session string) ([]turn.ToolSpec, 
 		if agent, err = builtin.AgentOf(ctx, n.procs, session); err != nil || agent == nil {
 			return specs, err
 		}
+		// Registrations never change. Only what picks the tools is kept:
+		// the rest (the task, up to a process's input bound, and any
+		// outcome read) would make the cache's 4096 entries hundreds of
+		// MiB.
+		in := agent.Registration.Input
+		agent = &processes.Process{ID: agent.ID, Registration: processes.Registration{
+			Input: processes.Input{Kind: in.Kind, Session: in.Session, Depth: in.Depth, Tools: in.Tools}}}
 		n.agentsMu.Lock()
 		if n.agents == nil || len(n.agents) >= maxAgentsCached {
 			n.agents = map[string]*processes.Process{}
 		}
-		n.agents[session] = agent // registrations never change
+		n.agents[session] = agent
 		n.agentsMu.Unlock()
 	}
 	return builtin.AgentTools(agent, specs), nil
