@@ -180,8 +180,8 @@ type state struct {
 	lastSettings []byte
 	// since counts the entries folded since the last snapshot.
 	since int
-	// size is about what history (and its encoding for snapshots) takes
-	// in memory.
+	// size is about what history (and its encoding for snapshots) and the
+	// remembered keys take in memory.
 	size  int64
 	usage turn.Usage
 	// keys are the idempotency keys of every input consumed, forever.
@@ -361,6 +361,7 @@ func (st *state) remember(uses []sessionlog.InputUse) {
 		}
 		if _, ok := st.keys[u.Key]; !ok {
 			st.keys[u.Key] = keyUse{seq: u.Seq, hash: u.Hash}
+			st.size += keyBytes(u.Key)
 			if st.enc != nil {
 				st.newKeys = append(st.newKeys, keySnapshot{Key: u.Key, Seq: u.Seq, Hash: u.Hash})
 			}

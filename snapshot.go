@@ -154,6 +154,7 @@ func decodeState(id string, data []byte) (*state, error) {
 	st.lastSettings = ss.Settings
 	for _, k := range ss.Keys {
 		st.keys[k.Key] = keyUse{seq: k.Seq, hash: k.Hash}
+		st.size += keyBytes(k.Key)
 	}
 	return st, nil
 }

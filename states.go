@@ -83,6 +83,10 @@ func (c *states) put(st *state) {
 	}
 }
 
+// keyBytes is about what a remembered input key takes in memory: the
+// key, its use and the map's share.
+func keyBytes(k string) int64 { return 80 + int64(len(k)) }
+
 // messageBytes is about what messages take in memory.
 func messageBytes(ms []turn.Message) int64 {
 	var n int64
