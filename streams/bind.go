@@ -42,8 +42,8 @@ func Bind(ctx context.Context, nc *nats.Conn, cfg Config) (*Client, error) {
 	}
 	for s := Stream(0); s < numStreams; s++ {
 		st, err := bind(cfg.streamConfig(s))
-		if s == Live && errors.Is(err, jetstream.ErrStreamNotFound) {
-			continue // in memory, lost with a server's restart: bound when a node makes it again
+		if addedLater(s) && errors.Is(err, jetstream.ErrStreamNotFound) {
+			continue // lost with a server's restart (LIVE, in memory), or newer than the deployment's nodes: bound when a node makes it
 		}
 		if err != nil {
 			return nil, err

@@ -91,7 +91,7 @@ func (c *Client) stream(ctx context.Context, s Stream) (jetstream.Stream, error)
 	name := c.cfg.streamName(s)
 	st, err := c.js.Stream(ctx, name)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, fmt.Errorf("%w: %s is not on the server (the LIVE stream is kept in memory: a node makes it again within seconds of a server's restart)", ErrStreamMissing, name)
+		return nil, fmt.Errorf("%w: %s is not on the server (a node makes it: LIVE, kept in memory, within seconds of a server's restart; a stream newer than the deployment's nodes when a node of this version starts)", ErrStreamMissing, name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("streams: bind %s: %w", name, err)
@@ -122,6 +122,8 @@ func (c *Client) streamIndex(subject string) (Stream, bool) {
 		return Timers, true
 	case "live":
 		return Live, true
+	case "agent":
+		return Agents, true
 	}
 	return 0, false
 }

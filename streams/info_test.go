@@ -43,6 +43,7 @@ func TestInfo(t *testing.T) {
 		"INF_TRIGGERS [inf.signal.> inf.trig.>] bucket=\"\" msgs=0 last=0 r=1 schema=" + schema,
 		"INF_TIMERS [inf.timer.>] bucket=\"\" msgs=0 last=0 r=1 schema=" + schema,
 		"INF_LIVE [inf.live.>] bucket=\"\" msgs=0 last=0 r=1 schema=" + schema,
+		"INF_AGENTS [inf.agent.>] bucket=\"\" msgs=0 last=0 r=1 schema=" + schema,
 		"KV_INF_LEASES [$KV.INF_LEASES.>] bucket=\"INF_LEASES\" msgs=1 last=1 r=1 schema=" + schema,
 	}
 	if !slices.Equal(got, want) {

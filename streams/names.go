@@ -459,6 +459,19 @@ func (s Subjects) AllTimers() string { return s.prefix + ".timer.>" }
 // AllSessionMarks matches the deletion marks of sessions.
 func (s Subjects) AllSessionMarks() string { return s.prefix + ".sess.*.gone" }
 
+// Agent is the subject of an agent's definitions; name is its own token
+// (agents.CheckName).
+func (s Subjects) Agent(name string) (string, error) {
+	t, err := mustTokens(name)
+	if err != nil {
+		return "", err
+	}
+	return s.prefix + ".agent." + t[0], nil
+}
+
+// AllAgents matches the definitions of every agent.
+func (s Subjects) AllAgents() string { return s.prefix + ".agent.*" }
+
 // AllProcessMarks matches the prune marks of processes.
 func (s Subjects) AllProcessMarks() string { return s.prefix + ".proc.*.gone" }
 

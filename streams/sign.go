@@ -119,6 +119,9 @@ func (c *Client) makeStamp(ctx context.Context, k *signKey) (*signingStamp, erro
 			continue // no truth there
 		}
 		last, err := c.LastSeq(ctx, st)
+		if errors.Is(err, ErrStreamMissing) && addedLater(st) {
+			continue // made later, after the stamp: all it holds is signed
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -142,7 +145,12 @@ func (c *Client) makeStamp(ctx context.Context, k *signKey) (*signingStamp, erro
 func (k *signKey) stampMAC(since map[string]uint64) string {
 	h := hmac.New(sha256.New, k.key)
 	h.Write([]byte("stamp"))
-	for _, name := range streamSuffix {
+	for s, name := range streamSuffix {
+		// A stream added after a deployment was stamped is not in its
+		// stamp: everything on it was written since, so signed.
+		if _, in := since[name]; !in && Stream(s) > Live {
+			continue
+		}
 		fmt.Fprintf(h, "\x00%s=%d", name, since[name])
 	}
 	return base64.RawURLEncoding.EncodeToString(h.Sum(nil))
@@ -169,7 +177,7 @@ func (s Subjects) Truth(subject string) bool {
 	}
 	kind, rest, _ := strings.Cut(rest, ".")
 	switch kind {
-	case "fx", "proc", "trig", "timer":
+	case "fx", "proc", "trig", "timer", "agent":
 		return true
 	case "sess":
 		i := strings.LastIndexByte(rest, '.')

@@ -175,10 +175,18 @@ const (
 	// Live keeps the live events of running turns for a while, so a
 	// watcher that reconnects reads what it missed: derived, never truth.
 	Live
+	// Agents holds agent definitions, written by operators. Streams added
+	// after the first are missing on deployments made before them until a
+	// node of a version that has them starts (Ensure).
+	Agents
 	numStreams
 )
 
-var streamSuffix = [numStreams]string{"SESSIONS", "EFFECTS", "PROCESSES", "TRIGGERS", "TIMERS", "LIVE"}
+var streamSuffix = [numStreams]string{"SESSIONS", "EFFECTS", "PROCESSES", "TRIGGERS", "TIMERS", "LIVE", "AGENTS"}
+
+// addedLater are the streams a deployment may lack: made after its first
+// nodes, or (LIVE) lost with a server in memory.
+func addedLater(s Stream) bool { return s == Live || s == Agents }
 
 // Names of the deployment's streams and buckets.
 // StreamName is the name of one of the deployment's streams.
@@ -211,6 +219,7 @@ func (c Config) streamConfig(s Stream) jetstream.StreamConfig {
 		Triggers:  {p + ".signal.>", p + ".trig.>"},
 		Timers:    {p + ".timer.>"},
 		Live:      {p + ".live.>"},
+		Agents:    {p + ".agent.>"},
 	}[s]
 	// No stream of lash's truth expires by age: what is garbage is removed
 	// when it becomes garbage (package lifecycle), and nothing live can

@@ -54,7 +54,7 @@ func WithSchemaOptions(opts *jsonschema.ForOptions) Option {
 // one made by Pending, which suspends the call. A panic in fn fails the call
 // too. fn must honour ctx.
 func Func[A any](name, description string, fn func(ctx context.Context, args A) (string, error), opts ...Option) (Tool, error) {
-	if err := checkName(name); err != nil {
+	if err := CheckName(name); err != nil {
 		return nil, err
 	}
 	if fn == nil {

@@ -111,7 +111,7 @@ func (r *Registry) put(t Tool, replace bool) error {
 		return fmt.Errorf("%w: nil tool", ErrInvalidSpec)
 	}
 	spec := t.Spec()
-	if err := checkName(spec.Name); err != nil {
+	if err := CheckName(spec.Name); err != nil {
 		return err
 	}
 	if spec.Schema != "" {
@@ -172,9 +172,9 @@ func (r *Registry) Len() int {
 	return len(r.tools)
 }
 
-// checkName accepts what OpenAI, Anthropic and Gemini all accept:
+// CheckName accepts what OpenAI, Anthropic and Gemini all accept:
 // 1 to 64 characters of letters, digits, '_' and '-'.
-func checkName(name string) error {
+func CheckName(name string) error {
 	if name == "" {
 		return fmt.Errorf("%w: empty name", ErrInvalidName)
 	}

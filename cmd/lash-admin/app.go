@@ -58,6 +58,7 @@ func commands() []*command {
 		triggersReviveCmd, triggersOccurrencesCmd, triggersDeliveriesCmd, triggersScheduleCmd, triggersUnscheduleCmd,
 		triggersSchedulesCmd, waitsLsCmd, waitsCancelCmd, waitsRevokeCmd,
 		leasesLsCmd, nodesLsCmd, streamsCmd, storageCmd, storageSweepCmd, quarantineLsCmd,
+		agentsLsCmd, agentsShowCmd, agentsHistoryCmd, agentsDiffCmd, agentsApplyCmd, agentsDeleteCmd,
 		watchCmd, sendCmd, decideCmd, cancelCmd, signalCmd, uiCmd, rebuildCmd, verifyCmd, permissionsCmd}
 }
 
@@ -94,6 +95,7 @@ type app struct {
 	httpAddr   string
 	readOnly   bool
 	allowHosts string
+	agent agentFlags
 	// limit and after page sessions ls.
 	limit               int
 	after               string

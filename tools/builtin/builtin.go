@@ -22,6 +22,11 @@ const (
 	SignalTool   = "wait_for_signal"
 )
 
+// Names are the names of every built-in tool.
+func Names() []string {
+	return []string{SleepTool, ApprovalTool, SignalTool, ProcessStartTool, ProcessAwaitTool, ProcessCancelTool, ProcessListTool, SpawnAgentTool}
+}
+
 // Ticket prefixes. A ticket is "<kind> <argument>".
 const (
 	SleepTicket    = "sleep-until"
