@@ -95,7 +95,7 @@ type app struct {
 	httpAddr   string
 	readOnly   bool
 	allowHosts string
-	agent agentFlags
+	agent      agentFlags
 	// limit and after page sessions ls.
 	limit               int
 	after               string
