@@ -31,6 +31,7 @@ type Store interface {
 	Append(ctx context.Context, p streams.Publication, expect uint64) (seq uint64, duplicate bool, err error)
 	Read(ctx context.Context, filter string, from uint64, fn func(*streams.Msg) error) error
 	SignedHead(ctx context.Context, subject string) (*streams.Msg, uint64, error)
+	Purge(ctx context.Context, filter string) error
 	// Verify vouches for a record (streams.Client.Verify).
 	Verify(m *streams.Msg) error
 }
@@ -265,6 +266,39 @@ func (a *Agents) List(ctx context.Context) ([]*Record, map[string]error, error) 
 		}
 	}
 	return out, bad, nil
+}
+
+// Prune removes every record of the agents deleted before cutoff (the
+// deployment's retention, ADR 0035) and returns how many agents went;
+// dryRun counts them only. A deleted agent's revisions stay readable until
+// then, for operators and for sessions' turns begun under them.
+func (a *Agents) Prune(ctx context.Context, cutoff time.Time, dryRun bool) (int, error) {
+	last := map[string]*Record{}
+	err := a.s.Read(ctx, a.s.Subjects().AllAgents(), 0, func(m *streams.Msg) error {
+		if a.s.Verify(m) != nil {
+			return nil
+		}
+		if r, err := decode(m); err == nil {
+			last[m.Subject] = r
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for subj, r := range last {
+		if !r.Deleted || !r.At.Before(cutoff) {
+			continue
+		}
+		if !dryRun {
+			if err := a.s.Purge(ctx, subj); err != nil {
+				return n, fmt.Errorf("agents: pruning %s: %w", subj, err)
+			}
+		}
+		n++
+	}
+	return n, nil
 }
 
 // head returns the agent's last record (nil when it has none) and the

@@ -157,3 +157,36 @@ func TestForgedDefinitionIgnored(t *testing.T) {
 		t.Fatalf("History = %+v, %v", h, err)
 	}
 }
+
+// A deleted agent's revisions go once its deletion is older than the
+// cutoff; a live agent's never do.
+func TestPrune(t *testing.T) {
+	ctx, c, _ := open(t)
+	a := agents.New(c, "op")
+	for _, n := range []string{"kept", "gone"} {
+		if _, _, err := a.Apply(ctx, def(n, "x"), -1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.Delete(ctx, "gone", 0); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.Prune(ctx, time.Now().Add(-time.Hour), false); err != nil || n != 0 {
+		t.Fatalf("prune before the cutoff = %d, %v", n, err)
+	}
+	if n, err := a.Prune(ctx, time.Now().Add(time.Hour), true); err != nil || n != 1 {
+		t.Fatalf("dry prune = %d, %v", n, err)
+	}
+	if _, err := a.History(ctx, "gone"); err != nil {
+		t.Fatalf("a dry prune removed something: %v", err)
+	}
+	if n, err := a.Prune(ctx, time.Now().Add(time.Hour), false); err != nil || n != 1 {
+		t.Fatalf("prune = %d, %v", n, err)
+	}
+	if _, err := a.History(ctx, "gone"); !errors.Is(err, agents.ErrNotFound) {
+		t.Fatalf("a pruned agent's history: %v", err)
+	}
+	if _, err := a.Get(ctx, "kept"); err != nil {
+		t.Fatalf("a live agent after the prune: %v", err)
+	}
+}

@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"cmp"
 	"context"
+	"errors"
 	"slices"
 	"strings"
 
@@ -89,6 +90,7 @@ func Report(ctx context.Context, c *streams.Client) (*Storage, error) {
 		{streams.Timers, "schedules", p + "timer.at.>"},
 		{streams.Timers, "fired timers", p + "timer.due.>"},
 		{streams.Timers, "signal waits", p + "timer.wait.>"},
+		{streams.Agents, "agent definitions", p + "agent.*"},
 	}
 	sessions := map[string]*SessionUse{}
 	session := func(id string) *SessionUse {
@@ -101,6 +103,9 @@ func Report(ctx context.Context, c *streams.Client) (*Storage, error) {
 	}
 	for _, k := range kinds {
 		counts, err := c.SubjectCounts(ctx, k.stream, k.filter)
+		if errors.Is(err, streams.ErrStreamMissing) {
+			continue // a stream newer than the deployment's nodes
+		}
 		if err != nil {
 			return nil, err
 		}

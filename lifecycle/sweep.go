@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lash-run/lash/agents"
 	"github.com/lash-run/lash/blobs"
 	"github.com/lash-run/lash/effectlog"
 	"github.com/lash-run/lash/processes"
@@ -78,12 +79,14 @@ type Swept struct {
 	Signals     int `json:"signals"`
 	Receipts    int `json:"receipts"`
 	// Subscriptions are deleted subscriptions' tombstones and histories.
-	Subscriptions int   `json:"subscriptions"`
-	Waits         int   `json:"waits"`
-	Resolutions   int   `json:"resolutions"`
-	Marks         int   `json:"marks"`
-	Objects       int   `json:"objects"`
-	ObjectBytes   int64 `json:"object_bytes"`
+	Subscriptions int `json:"subscriptions"`
+	// Agents are deleted agents' revisions.
+	Agents      int   `json:"agents"`
+	Waits       int   `json:"waits"`
+	Resolutions int   `json:"resolutions"`
+	Marks       int   `json:"marks"`
+	Objects     int   `json:"objects"`
+	ObjectBytes int64 `json:"object_bytes"`
 }
 
 // sweeper is one sweep's state.
@@ -117,6 +120,7 @@ func Sweep(ctx context.Context, c *streams.Client, cfg SweepConfig) (*Swept, err
 		{"journals", s.journals},
 		{"steps", s.steps},
 		{"triggers", s.triggers},
+		{"agents", s.agents},
 		{"waits", s.waits},
 		{"marks", s.marks},
 		{"objects", s.objects},
@@ -342,6 +346,16 @@ func (s *sweeper) processes(ctx context.Context) error {
 }
 
 // triggers prunes the records of deliveries whose processes are gone.
+// agents removes the revisions of agents deleted more than Retention ago.
+func (s *sweeper) agents(ctx context.Context) error {
+	n, err := agents.New(s.c, s.cfg.Writer).Prune(ctx, s.cutoff(), s.cfg.DryRun)
+	if errors.Is(err, streams.ErrStreamMissing) {
+		return nil // a stream newer than the deployment's nodes
+	}
+	s.out.Agents += n
+	return err
+}
+
 func (s *sweeper) triggers(ctx context.Context) error {
 	r := processes.New(s.c, s.cfg.Writer)
 	ps, _, err := r.List(ctx)

@@ -56,9 +56,9 @@ func commands() []*command {
 		processesGrantCmd, processesRevokeCmd, processesPruneCmd,
 		triggersLsCmd, triggersShowCmd, triggersRegisterCmd, triggersEnableCmd, triggersDisableCmd, triggersDeleteCmd,
 		triggersReviveCmd, triggersOccurrencesCmd, triggersDeliveriesCmd, triggersScheduleCmd, triggersUnscheduleCmd,
-		triggersSchedulesCmd, waitsLsCmd, waitsCancelCmd, waitsRevokeCmd,
+		triggersSchedulesCmd, agentsLsCmd, agentsShowCmd, agentsHistoryCmd, agentsDiffCmd, agentsApplyCmd, agentsDeleteCmd,
+		waitsLsCmd, waitsCancelCmd, waitsRevokeCmd,
 		leasesLsCmd, nodesLsCmd, streamsCmd, storageCmd, storageSweepCmd, quarantineLsCmd,
-		agentsLsCmd, agentsShowCmd, agentsHistoryCmd, agentsDiffCmd, agentsApplyCmd, agentsDeleteCmd,
 		watchCmd, sendCmd, decideCmd, cancelCmd, signalCmd, uiCmd, rebuildCmd, verifyCmd, permissionsCmd}
 }
 

@@ -352,8 +352,8 @@ func TestAdmin(t *testing.T) {
 	}
 	schema := strconv.Itoa(streams.SchemaVersion)
 	if st.SchemaVersion != schema || st.BuildSchemaVersion != schema || st.LeaseBucket != "LASH_LEASES" || st.Prefix != "lash" ||
-		!slices.Equal(names, []string{"LASH_SESSIONS", "LASH_EFFECTS", "LASH_PROCESSES", "LASH_TRIGGERS", "LASH_TIMERS", "LASH_LIVE", "KV_LASH_LEASES"}) ||
-		st.Streams[0].Messages == 0 || st.Streams[0].LastSeq != lastSeq(t, c, streams.Sessions) || st.Streams[6].Bucket != "LASH_LEASES" {
+		!slices.Equal(names, []string{"LASH_SESSIONS", "LASH_EFFECTS", "LASH_PROCESSES", "LASH_TRIGGERS", "LASH_TIMERS", "LASH_LIVE", "LASH_AGENTS", "KV_LASH_LEASES"}) ||
+		st.Streams[0].Messages == 0 || st.Streams[0].LastSeq != lastSeq(t, c, streams.Sessions) || st.Streams[7].Bucket != "LASH_LEASES" {
 		t.Errorf("streams %+v", st)
 	}
 
