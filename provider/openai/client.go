@@ -146,7 +146,7 @@ func (c *Client) complete(ctx context.Context, req turn.ModelRequest, onDelta fu
 	var (
 		resp  turn.ModelResponse
 		raw   *http.Response
-		limit = &bodyLimit{max: c.cfg.MaxResponseBytes}
+		limit = newBodyLimit(c.cfg.MaxResponseBytes)
 		opts  = []option.RequestOption{option.WithResponseInto(&raw), option.WithMiddleware(limit.middleware)}
 	)
 	if onDelta == nil {
@@ -160,7 +160,7 @@ func (c *Client) complete(ctx context.Context, req turn.ModelRequest, onDelta fu
 		// A stream frames each piece of text in a JSON chunk, tens of
 		// bytes around a word: the answer is what the limit bounds, and
 		// the body only as far as its framing needs.
-		limit.body = limit.max * streamFraming
+		limit.Body = limit.Max * provider.StreamFraming
 		stream := c.chat.NewStreaming(callCtx, params, opts...)
 		resp, err = readStream(stream, req, onDelta, limit)
 	}

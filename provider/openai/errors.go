@@ -2,19 +2,12 @@ package openai
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math"
-	"net"
 	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	sdk "github.com/openai/openai-go/v3"
@@ -38,10 +31,10 @@ func (c *Client) classify(ctx, callCtx context.Context, err error, raw *http.Res
 	}
 	// A body cut at the cap fails as a status, JSON or stream error,
 	// depending on where the SDK was reading; the cap is the real cause.
-	if limit.hit.Load() || errors.Is(err, ErrResponseTooLarge) {
+	if limit.Hit() || errors.Is(err, ErrResponseTooLarge) {
 		e := &Error{
 			Code:    provider.CodeTooLarge,
-			Message: fmt.Sprintf("the response is larger than the limit of %d bytes (Config.MaxResponseBytes)", limit.max),
+			Message: fmt.Sprintf("the response is larger than the limit of %d bytes (Config.MaxResponseBytes)", limit.Max),
 			Err:     ErrResponseTooLarge,
 		}
 		if raw != nil {
@@ -89,7 +82,7 @@ func (c *Client) classify(ctx, callCtx context.Context, err error, raw *http.Res
 		}
 		return &Error{Code: code, Message: msg, Retryable: true, Err: err}
 	}
-	return transportError(err)
+	return provider.TransportError(err)
 }
 
 // statusError builds the error for an HTTP status, reading the code and
@@ -167,92 +160,8 @@ func retryAfter(e *Error, raw *http.Response, now time.Time) *Error {
 	if raw == nil || !e.Retryable {
 		return e
 	}
-	if d, ok := parseRetryAfterMs(raw.Header.Get("retry-after-ms")); ok {
-		e.RetryAfter = d
-		return e
-	}
-	if d, ok := parseRetryAfter(raw.Header.Get("Retry-After"), now); ok {
+	if d, ok := provider.RetryAfter(raw.Header, now); ok {
 		e.RetryAfter = d
 	}
 	return e
-}
-
-// maxRetryAfter keeps a server's wait representable; the turn machine caps
-// it far lower anyway (turn.Limits.MaxBackoff).
-const maxRetryAfter = 24 * time.Hour
-
-func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0, false
-	}
-	if secs, err := strconv.ParseUint(v, 10, 64); err == nil {
-		if secs > uint64(maxRetryAfter/time.Second) {
-			return maxRetryAfter, true
-		}
-		return time.Duration(secs) * time.Second, true
-	} else if errors.Is(err, strconv.ErrRange) {
-		return maxRetryAfter, true
-	}
-	at, err := http.ParseTime(v)
-	if err != nil {
-		return 0, false
-	}
-	// A date already past asks for no wait.
-	return min(max(at.Sub(now), 0), maxRetryAfter), true
-}
-
-func parseRetryAfterMs(v string) (time.Duration, bool) {
-	ms, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-	if err != nil || math.IsNaN(ms) || ms < 0 {
-		return 0, false
-	}
-	if ms > float64(maxRetryAfter/time.Millisecond) {
-		return maxRetryAfter, true
-	}
-	return time.Duration(ms * float64(time.Millisecond)), true
-}
-
-// transportError classifies a failure without an HTTP status.
-func transportError(err error) *Error {
-	var (
-		certErr    *tls.CertificateVerificationError
-		unknownCA  x509.UnknownAuthorityError
-		hostErr    x509.HostnameError
-		dnsErr     *net.DNSError
-		netErr     net.Error
-		urlErr     *url.Error
-		syntaxErr  *json.SyntaxError
-		typeErr    *json.UnmarshalTypeError
-		terminal   = &Error{Code: provider.CodeConnection, Message: "cannot reach the server", Err: err}
-		connection = &Error{Code: provider.CodeConnection, Message: "the connection failed", Retryable: true, Err: err}
-	)
-	switch {
-	case errors.As(err, &certErr), errors.As(err, &unknownCA), errors.As(err, &hostErr):
-		terminal.Message = "the server's certificate is not trusted"
-		return terminal
-	case errors.As(err, &dnsErr) && dnsErr.IsNotFound:
-		terminal.Message = "the server's host name does not resolve"
-		return terminal
-	case errors.Is(err, syscall.ECONNREFUSED):
-		connection.Message = "the connection was refused"
-		return connection
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE):
-		connection.Message = "the connection was reset"
-		return connection
-	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
-		connection.Message = "the connection closed early"
-		return connection
-	case errors.As(err, &netErr) && netErr.Timeout():
-		return &Error{Code: provider.CodeTimeout, Message: "the network timed out", Retryable: true, Err: err}
-	case errors.As(err, &syntaxErr), errors.As(err, &typeErr):
-		return &Error{Code: provider.CodeBadResponse, Message: "the response is not the JSON expected", Err: err}
-	case errors.As(err, &netErr), errors.As(err, &urlErr):
-		return connection
-	case strings.Contains(err.Error(), "stream error"), strings.Contains(err.Error(), "http2:"):
-		// An HTTP/2 stream reset mid-answer; net/http does not export
-		// these error types.
-		return connection
-	}
-	return &Error{Code: provider.CodeInternal, Message: err.Error(), Err: err}
 }

@@ -87,7 +87,7 @@ func readStream(stream *ssestream.Stream[sdk.ChatCompletionChunk], req turn.Mode
 				}
 			}
 		}
-		if err := limit.answer(size); err != nil {
+		if err := limit.Answer(size); err != nil {
 			return turn.ModelResponse{}, err
 		}
 		if ch.Usage.PromptTokens != 0 || ch.Usage.CompletionTokens != 0 {
