@@ -3,10 +3,12 @@
 // turn machine's CallError, and the way a tool message is shown to a model.
 //
 // The providers live in subpackages: provider/openai speaks the OpenAI Chat
-// Completions API (OpenAI, vLLM, llama.cpp server, Ollama), and
-// provider/scripted answers from a script, in process or behind the
-// test server in testenv. Both return *Error, so one CallError converts the
-// failures of either:
+// Completions API (OpenAI, vLLM, llama.cpp server, Ollama),
+// provider/anthropic Anthropic's Messages API, and provider/scripted
+// answers from a script, in process or behind the test server in testenv.
+// All return *Error, so one CallError converts the failures of any; the
+// transport errors, Retry-After and the response cap they share are here
+// (TransportError, RetryAfter, BodyLimit):
 //
 //	resp, err := model.Complete(ctx, req, onDelta)
 //	if err != nil {

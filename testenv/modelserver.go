@@ -88,6 +88,7 @@ func RunModelServer(t testing.TB, script *scripted.Script) *ModelServer {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.chatCompletions)
+	mux.HandleFunc("POST /v1/messages", s.anthropicMessages)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path))
 	})
@@ -163,46 +164,57 @@ func (s *ModelServer) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rec.Hash, rec.Stream, rec.Request = canonicalHash(body), wr.Stream, req
-	rec.Summary = summarize(req, wr.Stream)
-	reply, err := s.model.Reply(req)
-	if err != nil {
-		s.record(rec)
-		writeError(w, http.StatusBadRequest, provider.CodeInvalidRequest, err.Error())
-		return
-	}
-	rec.Rule = reply.Rule
-	s.record(rec)
-
-	if reply.Hang {
-		s.wait(r, nil)
-		return
-	}
-	if reply.Delay > 0 {
-		t := time.NewTimer(reply.Delay)
-		defer t.Stop()
-		if !s.wait(r, t.C) {
-			return
-		}
-	}
-	if f := reply.Fail; f != nil {
-		writeError(w, f.Status, "", f.Message)
+	reply, pace, ok := s.reply(w, r, rec, writeError)
+	if !ok {
 		return
 	}
 	id := "chatcmpl-" + rec.Hash[:16]
 	if wr.Stream {
 		includeUsage := wr.StreamOptions != nil && wr.StreamOptions.IncludeUsage
-		pace := func() bool {
-			if reply.Pace <= 0 {
-				return true
-			}
-			t := time.NewTimer(reply.Pace)
-			defer t.Stop()
-			return s.wait(r, t.C)
-		}
 		writeStream(w, id, req.Model, reply.Response, includeUsage, pace)
 		return
 	}
 	writeCompletion(w, id, req.Model, reply.Response)
+}
+
+// reply records a request read into rec and asks the script for its
+// answer, then plays the answer's cues: a hang, a delay, a failure
+// (written with fail). ok says to write the answer; pace waits between
+// the pieces of a stream (false: the client went away).
+func (s *ModelServer) reply(w http.ResponseWriter, r *http.Request, rec RequestRecord, fail func(w http.ResponseWriter, status int, code, msg string)) (reply scripted.Reply, pace func() bool, ok bool) {
+	rec.Summary = summarize(rec.Request, rec.Stream)
+	reply, err := s.model.Reply(rec.Request)
+	if err != nil {
+		s.record(rec)
+		fail(w, http.StatusBadRequest, provider.CodeInvalidRequest, err.Error())
+		return reply, nil, false
+	}
+	rec.Rule = reply.Rule
+	s.record(rec)
+	if reply.Hang {
+		s.wait(r, nil)
+		return reply, nil, false
+	}
+	if reply.Delay > 0 {
+		t := time.NewTimer(reply.Delay)
+		defer t.Stop()
+		if !s.wait(r, t.C) {
+			return reply, nil, false
+		}
+	}
+	if f := reply.Fail; f != nil {
+		fail(w, f.Status, "", f.Message)
+		return reply, nil, false
+	}
+	pace = func() bool {
+		if reply.Pace <= 0 {
+			return true
+		}
+		t := time.NewTimer(reply.Pace)
+		defer t.Stop()
+		return s.wait(r, t.C)
+	}
+	return reply, pace, true
 }
 
 // rejectInvalid records a request that could not be read, under the hash

@@ -66,7 +66,7 @@ func binary(t *testing.T) string {
 func cleanEnv(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, envPrefix) || strings.HasPrefix(kv, "NATS_URL=") || strings.HasPrefix(kv, apiKeyEnv+"=") {
+		if strings.HasPrefix(kv, envPrefix) || strings.HasPrefix(kv, "NATS_URL=") || strings.HasPrefix(kv, apiKeyEnv+"=") || strings.HasPrefix(kv, anthropicAPIKeyEnv+"=") {
 			continue
 		}
 		env = append(env, kv)

@@ -13,6 +13,7 @@ import (
 	"github.com/lash-run/lash/internal/cli"
 	"github.com/lash-run/lash/lifecycle"
 	"github.com/lash-run/lash/processes"
+	"github.com/lash-run/lash/provider/anthropic"
 	"github.com/lash-run/lash/provider/openai"
 	"github.com/lash-run/lash/provider/scripted"
 	"github.com/lash-run/lash/streams"
@@ -23,7 +24,10 @@ const envPrefix = "LASH_"
 
 // apiKeyEnv holds the key of an OpenAI-compatible API. It is read from the
 // environment only, so it shows in no process list.
-const apiKeyEnv = "OPENAI_API_KEY"
+const (
+	apiKeyEnv          = "OPENAI_API_KEY"
+	anthropicAPIKeyEnv = "ANTHROPIC_API_KEY"
+)
 
 // settings are lash-node's settings, from flags, environment and file.
 type settings struct {
@@ -37,6 +41,7 @@ type settings struct {
 
 	script       string
 	baseURL      string
+	provider     string
 	modelTimeout time.Duration
 	stream       bool
 	otlpEndpoint string
@@ -77,7 +82,8 @@ func newFlagSet(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.embeddedAuth, "embedded-auth", "auto", "`mode` of the embedded server's authentication: password (user lash, the password in <data>/embedded-password, made on first start), nkey (the user nkey whose seed is <data>/embedded-nkey.seed, made on first start; the seed never crosses the wire), none (refused unless --listen is loopback), auto (none on loopback, password otherwise)")
 	s.machine.Register(fs)
 	fs.StringVar(&s.script, "script", "", "scripted model: a script `file` (format: provider/scripted), for offline runs")
-	fs.StringVar(&s.baseURL, "base-url", "", "OpenAI-compatible API `URL`, with the /v1 path (default with --model: "+openai.DefaultBaseURL+"); the key is read from "+apiKeyEnv)
+	fs.StringVar(&s.provider, "provider", "openai", "model `API` of --model: openai (Chat Completions and the servers compatible with it; key from "+apiKeyEnv+") or anthropic (the Messages API; key from "+anthropicAPIKeyEnv+")")
+	fs.StringVar(&s.baseURL, "base-url", "", "the provider's API `URL` (default with --model: "+openai.DefaultBaseURL+" for openai, with the /v1 path; "+anthropic.DefaultBaseURL+" for anthropic, without it)")
 	fs.DurationVar(&s.modelTimeout, "model-timeout", 5*time.Minute, "bound on one model call")
 	fs.BoolVar(&s.stream, "stream", true, "stream model answers: pieces go out as live text_delta events while the call runs (false: whole answers)")
 	fs.DurationVar(&s.liveRetention, "live-retention", streams.DefaultLiveRetention, "how long the LIVE stream keeps live events for watchers that reconnect")
@@ -113,7 +119,7 @@ var sections = []cli.Section{
 	{Title: "Settings file", Names: []string{"config"}},
 	{Title: "NATS (default: an embedded server)", Names: []string{"nats", "creds", "user", "password", "tls-cert", "tls-key", "tls-ca", "prefix", "replicas", "inbox-prefix"}},
 	{Title: "Local data and the embedded server", Names: []string{"data", "listen", "embedded-auth"}},
-	{Title: "Model provider (give --script, or --model for an OpenAI-compatible API)", Names: []string{"script", "model", "base-url", "model-timeout", "stream"}},
+	{Title: "Model provider (give --script, or --model for an OpenAI-compatible API)", Names: []string{"script", "model", "provider", "base-url", "model-timeout", "stream"}},
 	{Title: "Turns (every node of a deployment must agree)", Names: []string{"system", "max-iterations", "token-budget", "max-tool-failures", "decision-wait"}},
 	{Title: "Node", Names: []string{"node-id", "concurrency", "lease-ttl", "tool-timeout", "tool-refresh", "drain-timeout", "turn-attempts", "max-agents", "max-agents-per-session", "retention", "sweep-every", "secret-file"}},
 	{Title: "Sizes (the deployment's: every node must agree; set when its streams are created)", Names: []string{"max-input", "inline-max", "max-payload"}},
@@ -262,10 +268,23 @@ func (s *settings) checkModel() error {
 			s.machine.ModelName = "scripted"
 		}
 		s.model = scripted.NewModel(script)
+	case s.provider != "openai" && s.provider != "anthropic":
+		return fmt.Errorf("%w: --provider %q: openai or anthropic", cli.ErrUsage, s.provider)
 	case s.baseURL == "" && s.machine.ModelName == "":
 		return errNoModel
 	case s.machine.ModelName == "":
 		return fmt.Errorf("%w: --base-url needs --model NAME", cli.ErrUsage)
+	case s.provider == "anthropic":
+		key := os.Getenv(anthropicAPIKeyEnv)
+		if key == "" && s.baseURL == "" {
+			return fmt.Errorf("%w: --provider anthropic needs %s (or --base-url of a server that takes no key)", cli.ErrUsage, anthropicAPIKeyEnv)
+		}
+		c, err := anthropic.New(anthropic.Config{BaseURL: s.baseURL, APIKey: key, Model: s.machine.ModelName,
+			Timeout: s.modelTimeout, MaxResponseBytes: 2 * int64(s.maxPayload)})
+		if err != nil {
+			return fmt.Errorf("%w: %v", cli.ErrUsage, err)
+		}
+		s.model = c
 	default:
 		// The provider's own bound sits above lash's payload ceiling: an
 		// answer over the ceiling is recorded as such, not cut off.
