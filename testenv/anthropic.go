@@ -256,8 +256,11 @@ func writeAnthropicStream(w http.ResponseWriter, id, model string, resp turn.Mod
 
 // writeAnthropicError answers with the API's error body,
 // {"type": "error", "error": {"type", "message"}}; code, when given, is
-// the error's type.
+// the error's type. A 429 says Retry-After: 1, as the API does.
 func writeAnthropicError(w http.ResponseWriter, status int, code, msg string) {
+	if status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", "1")
+	}
 	typ := code
 	if typ == "" || typ == provider.CodeInvalidRequest {
 		switch {
