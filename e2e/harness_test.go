@@ -42,7 +42,7 @@ func binary(t testing.TB, name string) string {
 		if bin.err != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", bin.dir, "../cmd/lash-node", "../cmd/lash-admin", "../examples/tool-server")
+		cmd := exec.Command("go", "build", "-o", bin.dir, "../cmd/lash-node", "../cmd/lash-admin", "../examples/tool-server", "../examples/mcp-server")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			bin.err = fmt.Errorf("go build: %v\n%s", err, out)

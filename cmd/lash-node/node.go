@@ -25,6 +25,7 @@ import (
 	"github.com/lash-run/lash/lifecycle"
 	"github.com/lash-run/lash/nodeapi"
 	"github.com/lash-run/lash/streams"
+	"github.com/lash-run/lash/tools/mcptool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"github.com/prometheus/client_golang/prometheus"
@@ -93,6 +94,14 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
+	for _, srv := range s.mcpServers {
+		src, err := mcptool.New(srv, nodeVersion())
+		if err != nil {
+			return err
+		}
+		ts.mcp = append(ts.mcp, src)
+	}
+	cleanups = append(cleanups, ts.close)
 	secret, err := deploymentSecret(s.secretFile, s.data)
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"github.com/lash-run/lash/provider/openai"
 	"github.com/lash-run/lash/provider/scripted"
 	"github.com/lash-run/lash/streams"
+	"github.com/lash-run/lash/tools/mcptool"
 )
 
 // envPrefix starts the environment name of every setting.
@@ -50,11 +51,14 @@ type settings struct {
 	liveMaxBytes  cli.Size
 	liveStorage   string
 
-	nodeID       string
-	concurrency  int
-	leaseTTL     time.Duration
-	toolTimeout  time.Duration
-	toolRefresh  time.Duration
+	nodeID      string
+	concurrency int
+	leaseTTL    time.Duration
+	toolTimeout time.Duration
+	toolRefresh time.Duration
+	mcpFile     string
+	// mcpServers are the servers --mcp-servers lists, read by check.
+	mcpServers   []mcptool.Server
 	drainTimeout time.Duration
 	http         string
 
@@ -94,7 +98,8 @@ func newFlagSet(s *settings) *flag.FlagSet {
 	fs.IntVar(&s.concurrency, "concurrency", 16, "`sessions` this node runs at once")
 	fs.DurationVar(&s.leaseTTL, "lease-ttl", 15*time.Second, "how long a session lease outlives its last renewal (whole seconds): how soon another node takes over the sessions of a node that vanished")
 	fs.DurationVar(&s.toolTimeout, "tool-timeout", time.Minute, "default bound on one tool call")
-	fs.DurationVar(&s.toolRefresh, "tool-refresh", 10*time.Second, "how often tools served over NATS (<prefix>.tool.<name>) are discovered again (at least 100ms)")
+	fs.DurationVar(&s.toolRefresh, "tool-refresh", 10*time.Second, "how often tools served over NATS (<prefix>.tool.<name>) and by MCP servers are discovered again (at least 100ms)")
+	fs.StringVar(&s.mcpFile, "mcp-servers", "", "`file` listing MCP servers whose tools the node offers, as <server>__<tool> (YAML or JSON; README, MCP tools)")
 	fs.DurationVar(&s.drainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM or SIGINT, how long running turns may finish before they are stopped (and finished later by replay)")
 	fs.StringVar(&s.otlpEndpoint, "otlp-endpoint", "", "OTLP/HTTP `URL` to export traces to (a span per turn and per effect), e.g. http://localhost:4318; empty: off, unless OTEL_EXPORTER_OTLP_ENDPOINT is set")
 	fs.StringVar(&s.http, "http", "127.0.0.1:9464", "`address` serving /healthz and /metrics; off: none")
@@ -121,7 +126,7 @@ var sections = []cli.Section{
 	{Title: "Local data and the embedded server", Names: []string{"data", "listen", "embedded-auth"}},
 	{Title: "Model provider (give --script, or --model for an OpenAI-compatible API)", Names: []string{"script", "model", "provider", "base-url", "model-timeout", "stream"}},
 	{Title: "Turns (every node of a deployment must agree)", Names: []string{"system", "max-iterations", "token-budget", "max-tool-failures", "decision-wait"}},
-	{Title: "Node", Names: []string{"node-id", "concurrency", "lease-ttl", "tool-timeout", "tool-refresh", "drain-timeout", "turn-attempts", "max-agents", "max-agents-per-session", "retention", "sweep-every", "secret-file"}},
+	{Title: "Node", Names: []string{"node-id", "concurrency", "lease-ttl", "tool-timeout", "tool-refresh", "mcp-servers", "drain-timeout", "turn-attempts", "max-agents", "max-agents-per-session", "retention", "sweep-every", "secret-file"}},
 	{Title: "Sizes (the deployment's: every node must agree; set when its streams are created)", Names: []string{"max-input", "inline-max", "max-payload"}},
 	{Title: "Live events (the LIVE stream)", Names: []string{"live-retention", "live-max-bytes", "live-storage"}},
 	{Title: "Operations", Names: []string{"http", "otlp-endpoint", "log-format", "log-level"}},
@@ -190,6 +195,15 @@ func (s *settings) check() error {
 	}
 	if err := s.checkModel(); err != nil {
 		return err
+	}
+	if s.mcpFile != "" {
+		data, err := os.ReadFile(s.mcpFile)
+		if err != nil {
+			return fmt.Errorf("%w: --mcp-servers: %v", cli.ErrUsage, err)
+		}
+		if s.mcpServers, err = mcptool.ParseServers(data, os.Getenv); err != nil {
+			return fmt.Errorf("%w: --mcp-servers %s: %v", cli.ErrUsage, s.mcpFile, err)
+		}
 	}
 	if err := s.machine.Validate(); err != nil {
 		return err

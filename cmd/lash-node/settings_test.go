@@ -38,6 +38,8 @@ func TestBadSettingsExit2(t *testing.T) {
 		{"script and base-url", nil, []string{"--script", script, "--base-url", "http://127.0.0.1:1/v1", "--model", "m"}, "give --script or --base-url, not both"},
 		{"no provider", nil, nil, "no model provider: give --script FILE for a scripted model, or --model NAME"},
 		{"base-url without model", nil, []string{"--base-url", "http://127.0.0.1:1/v1"}, "--base-url needs --model NAME"},
+		{"missing mcp servers", nil, []string{"--script", script, "--mcp-servers", "/nonexistent/mcp.yaml"}, "--mcp-servers: open /nonexistent/mcp.yaml"},
+		{"mcp header secret missing", nil, []string{"--script", script, "--mcp-servers", writeFile(t, "mcp.yaml", "- name: gh\n  url: https://h/mcp\n  headers: {Authorization: env:LASH_TEST_NO_SUCH}\n")}, "LASH_TEST_NO_SUCH is not set"},
 		{"unknown provider", nil, []string{"--model", "m", "--provider", "gemini"}, `--provider "gemini": openai or anthropic`},
 		{"anthropic without a key", nil, []string{"--model", "m", "--provider", "anthropic"}, "--provider anthropic needs ANTHROPIC_API_KEY"},
 		{"missing script", nil, []string{"--script", "/nonexistent/model.script"}, "--script: open /nonexistent/model.script"},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lash-run/lash/tools"
 	"github.com/lash-run/lash/tools/builtin"
+	"github.com/lash-run/lash/tools/mcptool"
 	"github.com/lash-run/lash/tools/natstool"
 	"github.com/lash-run/lash/turn"
 	"github.com/nats-io/nats.go"
@@ -38,6 +39,11 @@ type toolSet struct {
 	// settleEnd: until then tools served over NATS may still be coming
 	// back (a start, a reconnect): see settle.
 	settleEnd time.Time
+	// mcp are the MCP servers listed (--mcp-servers); fromMCP names the
+	// server of each of their tools in the registry.
+	mcp      []*mcptool.Source
+	fromMCP  map[string]string
+	knownMCP map[string]bool
 }
 
 // settleEvery is how often tools are discovered while they may still be
@@ -79,7 +85,7 @@ func (t *toolSet) settled(begun time.Time) {
 
 func newToolSet(nc *nats.Conn, prefix string, log *slog.Logger, problem func()) (*toolSet, error) {
 	t := &toolSet{reg: tools.New(), nc: nc, prefix: prefix, log: log, problem: problem,
-		builtin: map[string]bool{}, remote: map[string]turn.ToolSpec{}, missed: map[string]int{}, known: map[string]bool{}}
+		builtin: map[string]bool{}, remote: map[string]turn.ToolSpec{}, missed: map[string]int{}, known: map[string]bool{}, fromMCP: map[string]string{}, knownMCP: map[string]bool{}}
 	if err := builtin.Register(t.reg, prefix, time.Now); err != nil {
 		return nil, err
 	}
@@ -115,6 +121,7 @@ const goneAfter = 3
 // A failed discovery (no answer at all, the connection down) changes
 // nothing.
 func (t *toolSet) sync(ctx context.Context) error {
+	t.syncMCP(ctx)
 	found, err := natstool.Discover(ctx, t.nc, t.prefix)
 	if err != nil && !errors.Is(err, natstool.ErrMalformed) && !errors.Is(err, natstool.ErrConflict) {
 		return fmt.Errorf("tool discovery: %w", err)
@@ -209,6 +216,67 @@ func (t *toolSet) interval(now time.Time, every time.Duration) time.Duration {
 		return min(every, settleEvery)
 	}
 	return every
+}
+
+// syncMCP lists the tools of every MCP server and brings the registry in
+// line for each server that answered: its new tools registered, changed
+// ones replaced, those it no longer lists removed. A server that did not
+// answer keeps its tools: a call to one fails as the server does, and the
+// next listing starts it again.
+func (t *toolSet) syncMCP(ctx context.Context) {
+	for _, src := range t.mcp {
+		found, problems, err := src.Tools(ctx)
+		t.mu.Lock()
+		if err != nil {
+			if p := err.Error(); !t.knownMCP[p] {
+				t.log.Warn("MCP server not listed", "server", src.Name(), "err", err)
+				t.knownMCP[p] = true
+			}
+			t.mu.Unlock()
+			continue
+		}
+		seen := map[string]bool{}
+		for _, tool := range found {
+			spec := tool.Spec()
+			if t.builtin[spec.Name] {
+				problems = append(problems, fmt.Sprintf("MCP tool %q is left out: a built-in tool has its name", spec.Name))
+				continue
+			}
+			seen[spec.Name] = true
+			if err := t.reg.Replace(tool); err != nil {
+				problems = append(problems, err.Error())
+				continue
+			}
+			if _, ok := t.fromMCP[spec.Name]; !ok {
+				t.log.Info("tool found", "tool", spec.Name, "mcp", src.Name())
+			}
+			t.fromMCP[spec.Name] = src.Name()
+		}
+		for name, from := range t.fromMCP {
+			if from == src.Name() && !seen[name] {
+				t.reg.Remove(name)
+				delete(t.fromMCP, name)
+				t.log.Info("tool gone", "tool", name, "mcp", src.Name())
+			}
+		}
+		for _, p := range problems {
+			if !t.knownMCP[p] {
+				t.log.Warn("tool endpoint left out", "problem", p)
+				t.knownMCP[p] = true
+				if t.problem != nil {
+					t.problem()
+				}
+			}
+		}
+		t.mu.Unlock()
+	}
+}
+
+// close stops the MCP servers the node runs.
+func (t *toolSet) close() {
+	for _, src := range t.mcp {
+		_ = src.Close()
+	}
 }
 
 // count is how many tools the registry holds.

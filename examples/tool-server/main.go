@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/lash-run/lash/internal/ledger"
 	"github.com/lash-run/lash/tools/natstool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -61,7 +62,7 @@ func run(ctx context.Context, unhook func(), args []string, stdout, stderr io.Wr
 	if err != nil {
 		return err
 	}
-	l := &ledger{path: *path}
+	l := ledger.New(*path)
 	_, err = natstool.Serve(nc, *prefix, micro.Config{
 		Name:        "lash-ledger",
 		Version:     "1.0.0",
@@ -95,7 +96,7 @@ func run(ctx context.Context, unhook func(), args []string, stdout, stderr io.Wr
 	return nil
 }
 
-func appendEntry(ctx context.Context, l *ledger, delay time.Duration, req natstool.Request, stdout io.Writer) (string, error) {
+func appendEntry(ctx context.Context, l *ledger.Ledger, delay time.Duration, req natstool.Request, stdout io.Writer) (string, error) {
 	var a struct {
 		Entry string `json:"entry"`
 	}
@@ -112,7 +113,7 @@ func appendEntry(ctx context.Context, l *ledger, delay time.Duration, req natsto
 	case <-ctx.Done():
 		return "", ctx.Err()
 	}
-	applied, err := l.append(req.IdempotencyKey, a.Entry)
+	applied, err := l.Append(req.IdempotencyKey, a.Entry)
 	line := fmt.Sprintf("invoke key=%s attempt=%d in_doubt=%t entry=%s applied=%t",
 		value(req.IdempotencyKey), req.Attempt, req.InDoubt, value(a.Entry), applied)
 	if err != nil {

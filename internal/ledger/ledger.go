@@ -1,4 +1,6 @@
-package main
+// Package ledger is the append-only file the example tool servers write:
+// one JSON line per applied call, at most one per idempotency key.
+package ledger
 
 import (
 	"bufio"
@@ -8,22 +10,25 @@ import (
 	"sync"
 )
 
-// ledger is an append-only file of JSON lines, one per applied call. It is
+// Ledger is an append-only file of JSON lines, one per applied call. It is
 // idempotent per key within one process; two processes sharing a file could
 // both append (the check and the write are not one atomic step).
-type ledger struct {
+type Ledger struct {
 	mu   sync.Mutex
 	path string
 }
+
+// New returns the ledger kept in the file at path.
+func New(path string) *Ledger { return &Ledger{path: path} }
 
 type record struct {
 	Key   string `json:"key"`
 	Entry string `json:"entry"`
 }
 
-// append writes entry unless a record with key is already in the file, and
+// Append writes entry unless a record with key is already in the file, and
 // reports whether it wrote.
-func (l *ledger) append(key, entry string) (bool, error) {
+func (l *Ledger) Append(key, entry string) (bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	f, err := os.OpenFile(l.path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o644)
