@@ -60,6 +60,10 @@ func suspendedIn(t *testing.T, n *Node, session string, want int) {
 }
 
 const grantScript = `
+rule told
+  when notice contains [process
+  say noted
+
 rule start
   when user contains start it
   when tools = 0
@@ -69,10 +73,6 @@ rule started
   when user contains start it
   when tool contains started
   say started
-
-rule told
-  when user contains [process
-  say noted
 
 rule watch
   when user contains wait for it
@@ -127,7 +127,7 @@ func TestGranteesAwaitWoken(t *testing.T) {
 
 const endRaceScript = `
 rule told
-  when user contains [process
+  when notice contains [process
   when not tool contains built all
   say noted the end
 

@@ -21,6 +21,11 @@ import (
 )
 
 const backgroundScript = `
+rule told
+  when notice contains [process
+  when notice contains completed
+  say the docs are built
+
 rule child
   when user contains summarize the logs
   say summary: all quiet
@@ -58,11 +63,6 @@ rule later-started
   when user contains docs later
   when tool contains started
   say building the docs in the background
-
-rule told
-  when user contains [process
-  when user contains completed
-  say the docs are built
 
 rule now
   when user contains build now
@@ -187,12 +187,14 @@ func TestProcessAwaitResumesParkedCall(t *testing.T) {
 }
 
 // A background tool the model does not wait for tells its session when it
-// ends: an input starts the next turn.
+// ends: a notice starts the next turn, which the model reads as a system
+// message, never as the user's.
 func TestProcessEndWakesSession(t *testing.T) {
 	release := make(chan struct{})
 	close(release)
 	var builds atomic.Int32
-	n, ctx := backgroundNode(t, newRig(t), release, &builds)
+	r := newRig(t)
+	n, ctx := backgroundNode(t, r, release, &builds)
 	s := n.Session("writer")
 	if _, _, err := s.Send(ctx, "k1", Input{Text: "docs later"}); err != nil {
 		t.Fatal(err)
@@ -200,13 +202,25 @@ func TestProcessEndWakesSession(t *testing.T) {
 	tr := waitForAnswer(t, s, "the docs are built")
 	var told string
 	for _, m := range tr {
-		if m.Role == turn.RoleUser && strings.HasPrefix(m.Text, "[process") {
+		if m.Role == turn.RoleSystem && strings.HasPrefix(m.Text, "[process") {
 			told = m.Text
 		}
 	}
 	pid := builtin.NamedProcessID("writer", "docs")
 	if want := fmt.Sprintf("[process %s (tool build) completed] built docs", pid); told != want {
 		t.Fatalf("told %q, want %q", told, want)
+	}
+	// On the wire: the model server saw the end as a system message.
+	seen := r.models.Seen()
+	last := seen[len(seen)-1].Request.Messages
+	var roles []turn.Role
+	for _, m := range last {
+		if strings.Contains(m.Text, "[process") {
+			roles = append(roles, m.Role)
+		}
+	}
+	if len(roles) != 1 || roles[0] != turn.RoleSystem {
+		t.Fatalf("the model read the end in messages of roles %v; want one system message", roles)
 	}
 	if got := builds.Load(); got != 1 {
 		t.Fatalf("the tool ran %d times", got)

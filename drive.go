@@ -403,7 +403,7 @@ func (d *drive) arrived(ctx context.Context, warn bool) (*answer, error) {
 	d.mu.Unlock()
 	err := n.log.InputsAfter(ctx, d.s.id, a.Cursor, func(in sessionlog.Input) error {
 		a.Cursor = in.Seq
-		use, parsed, take := screen(d.st(), slices.Concat(taken, a.Inputs), in, false)
+		use, parsed, take := screen(d.st(), slices.Concat(taken, a.Inputs), in, false, d.s.n.vouched)
 		a.Inputs = append(a.Inputs, use)
 		if !take {
 			if use.Refused != "" {

@@ -231,7 +231,7 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 	var results []TurnResult
 	for next != nil {
 		var err error
-		use, in, take := screen(st, nil, *next, true)
+		use, in, take := screen(st, nil, *next, true, n.vouched)
 		if !take {
 			if pos, err = s.consume(ctx, pos, st, use); err != nil {
 				return results, st.cursor, err

@@ -23,7 +23,12 @@ var ErrBadInput = errors.New("lash: bad input")
 // to chat and the right to approve are granted apart). On the wire it is
 // JSON, so any language can publish it.
 type Input struct {
-	Text      string     `json:"text,omitempty"`
+	Text string `json:"text,omitempty"`
+	// Notice is a node's word to the session's model, not the user's:
+	// what woke the session (a process it started ended). The model reads
+	// it as a system message. Only inputs the deployment signed may carry
+	// one (Session.Send signs them); any other is refused.
+	Notice    string     `json:"notice,omitempty"`
 	Decisions []Decision `json:"decisions,omitempty"`
 	// Cancel ends the running turn at its next safe boundary (a
 	// checkpoint or a wait), cancelling its calls; with no turn running,
@@ -59,8 +64,11 @@ func parseInput(data []byte, decision bool) (Input, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return in, fmt.Errorf("%w: more data after the input object", ErrBadInput)
 	}
-	if in.Text == "" && len(in.Decisions) == 0 && !in.Cancel {
+	if in.Text == "" && in.Notice == "" && len(in.Decisions) == 0 && !in.Cancel {
 		return in, fmt.Errorf("%w: no text, decisions or cancel", ErrBadInput)
+	}
+	if in.Notice != "" && (in.Text != "" || in.Decides()) {
+		return in, fmt.Errorf("%w: a notice comes alone", ErrBadInput)
 	}
 	switch {
 	case decision && in.Text != "":
@@ -82,7 +90,7 @@ func parseInput(data []byte, decision bool) (Input, error) {
 // read. At the start of a turn, decisions that name no suspended call are
 // refused too; at a checkpoint the machine passes over them. taken are the
 // inputs the turn took so far.
-func screen(st *state, taken []sessionlog.InputUse, in sessionlog.Input, start bool) (use sessionlog.InputUse, parsed Input, take bool) {
+func screen(st *state, taken []sessionlog.InputUse, in sessionlog.Input, start bool, vouched func(sessionlog.Input) bool) (use sessionlog.InputUse, parsed Input, take bool) {
 	use = sessionlog.InputUse{Seq: in.Seq, Key: in.MsgID, Hash: sha256.Sum256(in.Data), Decision: in.Decision}
 	refuse := func(format string, args ...any) (sessionlog.InputUse, Input, bool) {
 		use.Refused = fmt.Sprintf(format, args...)
@@ -111,7 +119,10 @@ func screen(st *state, taken []sessionlog.InputUse, in sessionlog.Input, start b
 	if err != nil {
 		return refuse("%v", err)
 	}
-	if start && parsed.Text == "" && !parsed.Cancel {
+	if parsed.Notice != "" && !vouched(in) {
+		return refuse("%v: a notice the deployment did not sign: notices come from nodes", ErrBadInput)
+	}
+	if start && parsed.Text == "" && parsed.Notice == "" && !parsed.Cancel {
 		if err := decisionsMatch(st.id, parsed.Decisions, st.suspended); err != nil {
 			return refuse("%v", err)
 		}
@@ -151,6 +162,9 @@ func (in Input) toTurn() turn.Input {
 	if in.Text != "" {
 		t.Messages = []turn.Message{{Role: turn.RoleUser, Text: in.Text}}
 	}
+	if in.Notice != "" {
+		t.Messages = []turn.Message{{Role: turn.RoleSystem, Text: in.Notice}}
+	}
 	for _, d := range in.Decisions {
 		td, _ := d.toTurn() // checked by parseInput
 		t.Decisions = append(t.Decisions, td)
@@ -171,4 +185,9 @@ func decisionsMatch(session string, ds []Decision, suspended []turn.SuspendedCal
 		calls = append(calls, d.CallID)
 	}
 	return fmt.Errorf("%w: session %s holds none of the calls %q suspended (decided already, or never suspended)", ErrBadInput, session, calls)
+}
+
+// vouched reports whether an input carries the deployment's signature.
+func (n *Node) vouched(in sessionlog.Input) bool {
+	return n.client.Vouched(&streams.Msg{Subject: in.Subject, Seq: in.Seq, Header: in.Header, Data: in.Data})
 }

@@ -170,7 +170,7 @@ func (i *interrupt) find(ctx context.Context) (uint64, error) {
 		uses []sessionlog.InputUse
 	)
 	err := i.d.s.n.log.InputsAfter(ctx, i.d.s.id, cursor, func(in sessionlog.Input) error {
-		use, parsed, take := screen(i.d.st(), slices.Concat(taken, uses), in, false)
+		use, parsed, take := screen(i.d.st(), slices.Concat(taken, uses), in, false, i.d.s.n.vouched)
 		uses = append(uses, use)
 		if take && parsed.Cancel {
 			seq = in.Seq
@@ -198,7 +198,7 @@ func (i *interrupt) consumed(seq uint64) []sessionlog.InputUse {
 		if in.Seq > seq {
 			return errStop
 		}
-		use, _, _ := screen(i.d.st(), slices.Concat(taken, uses), in, false)
+		use, _, _ := screen(i.d.st(), slices.Concat(taken, uses), in, false, i.d.s.n.vouched)
 		uses = append(uses, use)
 		return nil
 	})

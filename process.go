@@ -196,7 +196,7 @@ func (n *Node) processEnded(ctx context.Context, p *processes.Process, live bool
 		}
 	}
 	text := fmt.Sprintf("[process %s (%s) %s] %s", p.ID, processName(p), p.Status(), builtin.ProcessOutcome(p))
-	if _, _, err := n.Session(target).Send(ctx, key, Input{Text: text}); err != nil && ctx.Err() == nil {
+	if _, _, err := n.Session(target).Send(ctx, key, Input{Notice: text}); err != nil && ctx.Err() == nil {
 		n.opts.logger.Warn("telling a session its process ended", "session", target, "process", p.ID, "live", live, "err", err)
 	}
 }

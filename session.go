@@ -93,8 +93,13 @@ func (s *Session) Send(ctx context.Context, key string, in Input) (seq uint64, d
 		}
 	}
 	appendTo := n.log.AppendInput
-	if in.Decides() {
+	switch {
+	case in.Decides():
 		appendTo = n.log.AppendDecision
+	case in.Notice != "":
+		appendTo = func(ctx context.Context, session, key string, data []byte) (uint64, bool, error) {
+			return n.log.AppendVouched(ctx, session, key, data, n.client.Vouch)
+		}
 	}
 	seq, duplicate, err = appendTo(ctx, s.id, key, data)
 	if errors.Is(err, streams.ErrTooLarge) {

@@ -22,6 +22,10 @@ import (
 )
 
 const holdScript = `
+rule told
+  when notice contains [process
+  say noted
+
 rule nap
   when user contains nap
   when tools = 0
@@ -32,9 +36,6 @@ rule rested
   when tool contains slept until
   say rested
 
-rule told
-  when user contains [process
-  say noted
 `
 
 // TestHoldThenDie is a node that takes signals and fired timers and holds

@@ -24,7 +24,7 @@ import (
 
 const triggerScript = `
 rule told
-  when user contains [process
+  when notice contains [process
   say noted
 `
 

@@ -203,6 +203,10 @@ func TestSubAgentSurvivesKill(t *testing.T) {
 }
 
 const backgroundScript = `
+rule told
+  when notice contains [process
+  say it is done
+
 rule bg
   when user contains in the background
   when tools = 0
@@ -213,9 +217,6 @@ rule bg-started
   when tool contains started
   say started it
 
-rule told
-  when user contains [process
-  say it is done
 `
 
 // Through lash-node and a scripted model: a turn starts a tool served by

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/lash-run/lash/streams"
 )
 
@@ -14,6 +16,9 @@ type Input struct {
 	Seq   uint64
 	MsgID string
 	Data  []byte
+	// Subject and Header are the message's, for checking a signature.
+	Subject string
+	Header  nats.Header
 	// Decision: the input came on the decision subject.
 	Decision bool
 	// Time is when the stream stored it.
@@ -35,7 +40,17 @@ func (l *Log) AppendDecision(ctx context.Context, session, msgID string, data []
 	return l.appendInput(ctx, session, msgID, data, true)
 }
 
+// AppendVouched is AppendInput of an input whose message vouch signs
+// (streams.Client.Vouch): a node's notice.
+func (l *Log) AppendVouched(ctx context.Context, session, msgID string, data []byte, vouch func(*streams.Publication)) (uint64, bool, error) {
+	return l.appendInputWith(ctx, session, msgID, data, false, vouch)
+}
+
 func (l *Log) appendInput(ctx context.Context, session, msgID string, data []byte, decision bool) (uint64, bool, error) {
+	return l.appendInputWith(ctx, session, msgID, data, decision, nil)
+}
+
+func (l *Log) appendInputWith(ctx context.Context, session, msgID string, data []byte, decision bool, vouch func(*streams.Publication)) (uint64, bool, error) {
 	if msgID == "" {
 		return 0, false, fmt.Errorf("%w: an input needs an idempotency key", ErrInvalid)
 	}
@@ -47,7 +62,11 @@ func (l *Log) appendInput(ctx context.Context, session, msgID string, data []byt
 	if decision {
 		subj = channels[1]
 	}
-	return l.s.Publish(ctx, streams.Publication{Subject: subj, Data: data, MsgID: scopedInput(subj, msgID)})
+	p := streams.Publication{Subject: subj, Data: data, MsgID: scopedInput(subj, msgID)}
+	if vouch != nil {
+		vouch(&p)
+	}
+	return l.s.Publish(ctx, p)
 }
 
 // scopedInput makes a client's key unique to the session: JetStream dedupes
@@ -56,7 +75,7 @@ func scopedInput(subject, key string) string { return msgID(subject, "in", key) 
 
 func input(m *streams.Msg) Input {
 	return Input{Seq: m.Seq, MsgID: strings.TrimPrefix(m.MsgID(), scopedInput(m.Subject, "")), Data: m.Data,
-		Decision: strings.HasSuffix(m.Subject, ".decide"), Time: m.Time}
+		Decision: strings.HasSuffix(m.Subject, ".decide"), Time: m.Time, Subject: m.Subject, Header: m.Header}
 }
 
 // InputsAfter calls fn for each input with revision above cursor, in order,

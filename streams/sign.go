@@ -212,6 +212,32 @@ func (c *Client) sign(m *nats.Msg) error {
 	return nil
 }
 
+// Vouch signs p whatever its subject, when the client signs: for a record
+// of a node that travels where clients write too (a node's notice among a
+// session's inputs), whose reader checks it with Vouched.
+func (c *Client) Vouch(p *Publication) {
+	k := c.signer.Load()
+	if k == nil {
+		return
+	}
+	if p.Header == nil {
+		p.Header = nats.Header{}
+	}
+	p.Header.Set(HeaderSignature, k.sig(p.Subject, p.Data))
+}
+
+// Vouched reports whether m carries the deployment's signature (Vouch);
+// always true on a client that does not sign, whose deployment trusts
+// whoever can write.
+func (c *Client) Vouched(m *Msg) bool {
+	k := c.signer.Load()
+	if k == nil {
+		return true
+	}
+	got := m.Header.Get(HeaderSignature)
+	return got != "" && hmac.Equal([]byte(got), []byte(k.sig(m.Subject, m.Data)))
+}
+
 // RefuseTruth makes writes on subjects of durable truth fail with why: for
 // a client without the secret of a deployment that signs, whose writes
 // every node would set aside.

@@ -142,9 +142,13 @@ func (ar *anthropicRequest) read(body []byte) (turn.ModelRequest, error) {
 				return req, fmt.Errorf("message %d: block type %q", i, b.Type)
 			}
 		}
-		if am.Role == "assistant" {
+		switch am.Role {
+		case "assistant":
 			req.Messages = append(req.Messages, turn.Message{Role: turn.RoleAssistant, Text: text.String(), ToolCalls: calls})
-		} else if am.Role != "user" {
+		case "system":
+			req.Messages = append(req.Messages, turn.Message{Role: turn.RoleSystem, Text: text.String()})
+		case "user":
+		default:
 			return req, fmt.Errorf("message %d: unknown role %q", i, am.Role)
 		}
 	}

@@ -187,3 +187,23 @@ func TestBounds(t *testing.T) {
 		t.Fatal("a request with no model was sent")
 	}
 }
+
+// A node's notice later in the conversation is a system message on the
+// wire, never the user's.
+func TestNoticeStaysSystem(t *testing.T) {
+	srv := testenv.RunModelServer(t, scripted.MustParse("rule told\n  when notice contains [process\n  say noted\n\ndefault\n  say ok\n"))
+	c := client(t, srv.AnthropicURL(), nil)
+	req := turn.ModelRequest{Messages: []turn.Message{
+		{Role: turn.RoleSystem, Text: "You help."},
+		{Role: turn.RoleUser, Text: "build it later"},
+		{Role: turn.RoleAssistant, Text: "started"},
+		{Role: turn.RoleSystem, Text: "[process p-1 (tool build) completed] built"},
+	}}
+	r, err := c.Complete(context.Background(), req, nil)
+	if err != nil || r.Text != "noted" {
+		t.Fatalf("%+v, %v", r, err)
+	}
+	if !strings.Contains(string(srv.Seen()[0].Body), `{"content":[{"text":"[process p-1 (tool build) completed] built","type":"text"}],"role":"system"}`) {
+		t.Fatalf("the notice on the wire: %s", srv.Seen()[0].Body)
+	}
+}

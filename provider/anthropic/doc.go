@@ -6,8 +6,9 @@
 //
 // # Mapping
 //
-// System messages before the first other message are the system prompt;
-// a later one is sent as user text. Assistant messages carry their text and
+// A first system message is the system prompt; a later one (a node's
+// notice, such as a process's end) is a message of role system in the
+// conversation, never user text. Assistant messages carry their text and
 // their tool calls as tool_use blocks (arguments that are not a JSON object
 // are sent as {}). Tool results are tool_result blocks, with is_error for a
 // failed call, in the user turn after the tool use; the API wants turns

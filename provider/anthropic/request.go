@@ -52,8 +52,9 @@ func (c *Client) params(req turn.ModelRequest) (sdk.MessageNewParams, []option.R
 	return p, extra, nil
 }
 
-// messages maps the conversation. System messages before the first other
-// one are the system prompt; a later one is sent as user text. Tool results
+// messages maps the conversation. A first system message is the system
+// prompt; a later one (a node's notice) is a system message in the
+// conversation. Tool results
 // go in the user turn after the assistant's tool use, with user text that
 // follows them: the API wants turns that alternate. A tool message for a
 // call an earlier one answered (the real result after a pending
@@ -87,11 +88,15 @@ func messages(in []turn.Message) ([]sdk.TextBlockParam, []sdk.MessageParam, erro
 	for i, m := range in {
 		switch m.Role {
 		case turn.RoleSystem:
-			if len(out) == 0 && len(blocks) == 0 {
+			if i == 0 {
 				system = append(system, sdk.TextBlockParam{Text: m.Text})
 				continue
 			}
-			add(turn.RoleUser, sdk.NewTextBlock(m.Text))
+			// A notice later in the conversation stays the system's word,
+			// never the user's.
+			flush()
+			role = turn.RoleSystem
+			out = append(out, sdk.MessageParam{OfSystem: &sdk.SystemMessageParam{Content: []sdk.TextBlockParam{{Text: nonEmpty(m.Text)}}}})
 		case turn.RoleUser:
 			add(turn.RoleUser, sdk.NewTextBlock(nonEmpty(m.Text)))
 		case turn.RoleAssistant:

@@ -23,6 +23,10 @@
 //	when tool contains TEXT   the last tool result contains TEXT
 //	when tool is TEXT         the last tool result is exactly TEXT
 //	when system contains TEXT the system messages (joined by newlines)
+//	when notice contains TEXT the newest system message but the first
+//	                          (the prompt): a node's notice, such as a
+//	                          process's end, unless a user message came
+//	                          after it
 //	when model is TEXT        the requested model
 //	when tools OP N           the number of tool results so far
 //	when step OP N            which model call of the conversation this is

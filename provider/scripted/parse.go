@@ -218,7 +218,7 @@ func (p *parser) parseCond(s string) (cond, error) {
 		subject, rest = cutWord(rest)
 	}
 	switch subject {
-	case "user", "tool", "system", "model":
+	case "user", "tool", "system", "notice", "model":
 		op, arg := cutWord(rest)
 		if op != "contains" && op != "is" {
 			return c, p.errorf("when %s needs contains or is, got %q", subject, op)

@@ -95,19 +95,22 @@ func (s *Script) Respond(req turn.ModelRequest) (Reply, error) {
 
 // view is what conditions look at.
 type view struct {
-	user, tool, system, model string
-	tools, step               int
+	user, tool, system, notice, model string
+	tools, step                       int
 }
 
 func newView(req turn.ModelRequest) view {
 	v := view{model: req.Model, step: 1}
 	var system []string
-	for _, m := range req.Messages {
+	for i, m := range req.Messages {
 		switch m.Role {
 		case turn.RoleSystem:
 			system = append(system, m.Text)
+			if i > 0 { // the first is the system prompt
+				v.notice = m.Text
+			}
 		case turn.RoleUser:
-			v.user = m.Text
+			v.user, v.notice = m.Text, ""
 		case turn.RoleAssistant:
 			v.step++
 		case turn.RoleTool:
@@ -141,6 +144,8 @@ func (c cond) holds(v view) bool {
 		text = v.tool
 	case "system":
 		text = v.system
+	case "notice":
+		text = v.notice
 	case "model":
 		text = v.model
 	}
