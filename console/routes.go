@@ -60,6 +60,13 @@ var routes = []route{
 	}},
 	{pattern: "GET /api/triggers", argv: fixed("triggers", "ls")},
 	{pattern: "GET /api/triggers/deliveries", argv: fixed("triggers", "deliveries")},
+	{pattern: "GET /api/agents", argv: fixed("agents", "ls")},
+	{pattern: "GET /api/agents/{name}", argv: func(r Request) ([]string, error) {
+		return []string{"agents", "show", "--", r.Path["name"]}, nil
+	}},
+	{pattern: "GET /api/agents/{name}/history", argv: func(r Request) ([]string, error) {
+		return []string{"agents", "history", "--", r.Path["name"]}, nil
+	}},
 }
 
 func fixed(argv ...string) func(Request) ([]string, error) {

@@ -132,7 +132,7 @@ func headers(h http.Handler) http.Handler {
 
 func (s *server) command(rt route) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		req := Request{Path: map[string]string{"id": r.PathValue("id"), "turn": r.PathValue("turn")}, Query: r.URL.Query()}
+		req := Request{Path: map[string]string{"id": r.PathValue("id"), "turn": r.PathValue("turn"), "name": r.PathValue("name")}, Query: r.URL.Query()}
 		if rt.write {
 			if status, err := s.writable(r); err != nil {
 				writeError(w, status, err.Error())

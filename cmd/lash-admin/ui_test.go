@@ -255,7 +255,14 @@ func TestConsole(t *testing.T) {
 	}
 
 	a.ok("triggers", "register", "deploys", "--source", "deploy.>", "--tool", "transfer", "--owner", "session:s1", "--op", "op-1")
+	agentFile := filepath.Join(t.TempDir(), "agent.yaml")
+	if err := os.WriteFile(agentFile, []byte("name: support\ninstructions: |\n  You <b>answer</b> customers.\nprovider: anthropic\nmodel: claude-x\ntools: [transfer]\nlabels: {team: care}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.ok("agents", "apply", "-f", agentFile, "--allow-unknown-tools")
 	for _, p := range []struct{ hash, title, shows string }{
+		{"agents", "Agents", "team=care"},
+		{"agents/support", "Agent support", "You <b>answer</b> customers."},
 		{"quarantine", "Quarantine", "lash.sess.x.in"},
 		{"nodes", "Nodes", "node-a"},
 		{"processes", "Processes", ""},
@@ -265,8 +272,8 @@ func TestConsole(t *testing.T) {
 		if p.shows != "" {
 			b.until(p.hash+" shows "+p.shows, fmt.Sprintf(`document.querySelector("main").textContent.includes(%q)`, p.shows))
 		}
-		b.until(p.hash+" shows no undefined value", `!document.querySelector("main").textContent.includes("undefined")`)
-		b.screenshot(p.hash)
+		b.until(p.hash+" shows no undefined value", `(() => { const t = document.querySelector("main").textContent; return !t.includes("undefined") && !t.includes("[object"); })()`)
+		b.screenshot(strings.ReplaceAll(p.hash, "/", "-"))
 	}
 
 	// Read-only: the call is shown, no button; the API refuses the

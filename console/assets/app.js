@@ -268,6 +268,36 @@ async function triggersPage() {
   });
 }
 
+async function agentsPage() {
+  poll(async () => {
+    const d = await api("/agents");
+    show(h("h1", {}, "Agents"),
+      table(["Agent", "Revision", "Version", "Provider", "Model", "Tools", "Labels", "Changed"], d.agents.map((g) => h("tr", { "data-agent": g.name },
+        td(h("a", { href: "#/agents/" + enc(g.name) }, g.name)), td(g.revision, "num"), td(g.version.slice(0, 12), "mono"), td(g.provider), td(g.model, "mono"),
+        td((g.tools || []).join(", ")), td(Object.entries(g.labels || {}).map(([k, v]) => k + "=" + v).join(", ")), td(when(g.changed)))),
+        "No agents: lash-admin agents apply -f FILE makes one."));
+  });
+}
+
+async function agentPage(name) {
+  poll(async () => {
+    const [a, hist] = await Promise.all([api("/agents/" + enc(name)), api("/agents/" + enc(name) + "/history")]);
+    const d = a.definition;
+    const p = d.parameters || {}, l = d.limits || {}, sa = d.sub_agents || {};
+    const rows = [["Revision", a.revision], ["Version", a.version], ["Provider", d.provider], ["Model", d.model],
+      ["Tools", (d.tools || []).join(", ") || "none"], ["Description", d.description || ""],
+      ["Parameters", Object.entries(p).map(([k, v]) => k + "=" + v).join(", ")],
+      ["Limits", Object.entries(l).map(([k, v]) => k + "=" + v).join(", ")],
+      ["Sub-agents", (sa.agents || []).join(", ") + (sa.max_depth ? " (depth " + sa.max_depth + ")" : "")]];
+    show(h("h1", {}, "Agent " + name),
+      h("dl", { class: "summary" }, rows.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, String(v))])),
+      h("h2", {}, "Instructions"), h("pre", { id: "instructions" }, d.instructions || ""),
+      h("h2", {}, "History"),
+      table(["Revision", "Version", "Action", "By", "At"], hist.revisions.map((r) => h("tr", {},
+        td(r.revision, "num"), td((r.version || "").slice(0, 12), "mono"), td(r.action), td(r.by), td(when(r.at))))));
+  });
+}
+
 // --- routing ---
 
 function route() {
@@ -289,6 +319,7 @@ function route() {
     case "nodes": page = nodesPage(); break;
     case "processes": page = processesPage(q); break;
     case "triggers": page = triggersPage(); break;
+    case "agents": page = parts.length === 2 ? agentPage(parts[1]) : agentsPage(); break;
   }
   if (!page) { show(failure(new Error("No page " + location.hash))); return; }
   page.catch((e) => show(failure(e)));
