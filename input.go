@@ -26,8 +26,10 @@ type Input struct {
 	Text string `json:"text,omitempty"`
 	// Notice is a node's word to the session's model, not the user's:
 	// what woke the session (a process it started ended). The model reads
-	// it as a system message. Only inputs the deployment signed may carry
-	// one (Session.Send signs them); any other is refused.
+	// it as a system message. On a deployment that signs, only inputs it
+	// signed may carry one (Session.Send signs them, with their key); any
+	// other is refused. On one that does not, whoever may write inputs
+	// may write notices.
 	Notice    string     `json:"notice,omitempty"`
 	Decisions []Decision `json:"decisions,omitempty"`
 	// Cancel ends the running turn at its next safe boundary (a

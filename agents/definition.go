@@ -148,9 +148,9 @@ func (d *Definition) Check(known func(tool string) bool) error {
 		return bad("%d stop sequences, at most %d", len(d.Parameters.Stop), MaxStop)
 	case d.Parameters.MaxTokens < 0:
 		return bad("parameters.max_tokens is negative")
-	case d.Parameters.Temperature != nil && (*d.Parameters.Temperature < 0 || *d.Parameters.Temperature > 2):
-		return bad("parameters.temperature: 0 to 2")
-	case d.Parameters.TopP != nil && (*d.Parameters.TopP < 0 || *d.Parameters.TopP > 1):
+	case d.Parameters.Temperature != nil && !(*d.Parameters.Temperature >= 0 && *d.Parameters.Temperature <= 2):
+		return bad("parameters.temperature: 0 to 2") // NaN too
+	case d.Parameters.TopP != nil && !(*d.Parameters.TopP >= 0 && *d.Parameters.TopP <= 1):
 		return bad("parameters.top_p: 0 to 1")
 	case d.Limits.MaxIterations < 0 || d.Limits.TokenBudget < 0 || d.Limits.MaxToolFailures < 0:
 		return bad("limits are zero (the default) or positive")
@@ -188,7 +188,11 @@ func (d *Definition) Check(known func(tool string) bool) error {
 	if len(d.SubAgents.Agents) > 0 && d.SubAgents.MaxDepth == 0 {
 		return bad("sub_agents.agents needs sub_agents.max_depth")
 	}
-	if b, _ := d.canonical(); len(b) > MaxDefinitionBytes {
+	b, err := d.canonical()
+	if err != nil {
+		return bad("%v", err)
+	}
+	if len(b) > MaxDefinitionBytes {
 		return bad("%d bytes encoded, at most %d", len(b), MaxDefinitionBytes)
 	}
 	return nil

@@ -75,6 +75,7 @@ func TestRefusals(t *testing.T) {
 		{"bad duration", strings.Replace(support, "10m", "ten minutes", 1), "decision_wait"},
 		{"deep sub-agents", strings.Replace(support, "max_depth: 1", "max_depth: 4", 1), "max_depth"},
 		{"temperature", strings.Replace(support, "0.2", "3", 1), "temperature"},
+		{"temperature not a number", strings.Replace(support, "0.2", ".nan", 1), "temperature"},
 		{"not yaml", "name: [", "document 1"},
 		{"empty", "", "no definition"},
 		{"repeated field", support + "description: " + strings.Repeat("x", 2000) + "\n", "mapping key \"description\" already defined"},

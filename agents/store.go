@@ -31,7 +31,7 @@ type Store interface {
 	Append(ctx context.Context, p streams.Publication, expect uint64) (seq uint64, duplicate bool, err error)
 	Read(ctx context.Context, filter string, from uint64, fn func(*streams.Msg) error) error
 	SignedHead(ctx context.Context, subject string) (*streams.Msg, uint64, error)
-	Purge(ctx context.Context, filter string) error
+	PurgeBefore(ctx context.Context, subject string, seq uint64) error
 	// Verify vouches for a record (streams.Client.Verify).
 	Verify(m *streams.Msg) error
 }
@@ -112,8 +112,9 @@ func (a *Agents) Apply(ctx context.Context, d *Definition, ifRevision int) (*Rec
 	return nil, false, fmt.Errorf("%w: %s kept changing under %d tries", ErrConflict, d.Name, tries)
 }
 
-// Delete marks the agent deleted: sessions bound to it start no turn
-// under it. Deleting an agent that is not there is ErrNotFound.
+// Delete marks the agent deleted: a revision saying so, after which Get
+// and List do not show it. Deleting an agent that is not there is
+// ErrNotFound.
 func (a *Agents) Delete(ctx context.Context, name string, ifRevision int) (*Record, error) {
 	subj, err := a.subject(name)
 	if err != nil {
@@ -144,8 +145,14 @@ func (a *Agents) write(ctx context.Context, subj string, rec *Record, at uint64)
 	if err != nil {
 		return false, err
 	}
+	// The id names the content too: two writers of one revision with other
+	// content must not pass for a retry of one another.
+	what := rec.Version
+	if rec.Deleted {
+		what = "deleted"
+	}
 	seq, _, err := a.s.Append(ctx, streams.Publication{Subject: subj, Data: b,
-		MsgID: fmt.Sprintf("agent:%s:%d", subj, rec.Revision)}, at)
+		MsgID: fmt.Sprintf("agent:%s:%d:%s", subj, rec.Revision, what)}, at)
 	var ce *streams.ConflictError
 	switch {
 	case errors.As(err, &ce):
@@ -274,7 +281,9 @@ func (a *Agents) List(ctx context.Context) ([]*Record, map[string]error, error) 
 // then, for operators and for sessions' turns begun under them.
 func (a *Agents) Prune(ctx context.Context, cutoff time.Time, dryRun bool) (int, error) {
 	last := map[string]*Record{}
+	end := map[string]uint64{} // the last message of each subject, signed or not
 	err := a.s.Read(ctx, a.s.Subjects().AllAgents(), 0, func(m *streams.Msg) error {
+		end[m.Subject] = m.Seq
 		if a.s.Verify(m) != nil {
 			return nil
 		}
@@ -292,7 +301,8 @@ func (a *Agents) Prune(ctx context.Context, cutoff time.Time, dryRun bool) (int,
 			continue
 		}
 		if !dryRun {
-			if err := a.s.Purge(ctx, subj); err != nil {
+			// Through what was read only: an apply that lands meanwhile stays.
+			if err := a.s.PurgeBefore(ctx, subj, end[subj]+1); err != nil {
 				return n, fmt.Errorf("agents: pruning %s: %w", subj, err)
 			}
 		}

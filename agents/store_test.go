@@ -190,3 +190,47 @@ func TestPrune(t *testing.T) {
 		t.Fatalf("a live agent after the prune: %v", err)
 	}
 }
+
+// staleHead answers the first head read with the head as it was before:
+// a writer that read just before another's write.
+type staleHead struct {
+	*streams.Client
+	once bool
+	head *streams.Msg
+	at   uint64
+}
+
+func (s *staleHead) SignedHead(ctx context.Context, subject string) (*streams.Msg, uint64, error) {
+	if !s.once {
+		s.once = true
+		return s.head, s.at, nil
+	}
+	return s.Client.SignedHead(ctx, subject)
+}
+
+// Two operators who read the same revision and apply other definitions
+// both land, one after the other: neither is taken for a retry of the
+// other's write.
+func TestConcurrentAppliesBothLand(t *testing.T) {
+	ctx, c, _ := open(t)
+	a := agents.New(c, "op-a")
+	if _, _, err := a.Apply(ctx, def("support", "v1"), -1); err != nil {
+		t.Fatal(err)
+	}
+	subj, _ := c.Subjects().Agent("support")
+	head, at, err := c.SignedHead(ctx, subj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.Apply(ctx, def("support", "v2"), -1); err != nil {
+		t.Fatal(err)
+	}
+	late := agents.New(&staleHead{Client: c, head: head, at: at}, "op-b")
+	r, changed, err := late.Apply(ctx, def("support", "v3"), -1)
+	if err != nil || !changed || r.Revision != 3 {
+		t.Fatalf("the late apply = %+v, %v, %v; want revision 3", r, changed, err)
+	}
+	if got, err := a.Get(ctx, "support"); err != nil || got.Definition.Instructions != "v3" {
+		t.Fatalf("current = %+v, %v; want v3 stored", got, err)
+	}
+}

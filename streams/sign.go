@@ -223,8 +223,14 @@ func (c *Client) Vouch(p *Publication) {
 	if p.Header == nil {
 		p.Header = nats.Header{}
 	}
-	p.Header.Set(HeaderSignature, k.sig(p.Subject, p.Data))
+	p.Header.Set(HeaderSignature, k.sig(vouchedName(p.Subject, p.MsgID), p.Data))
 }
+
+// vouchedName is what a vouched message's signature covers beside its
+// data: its subject and its message id, so it cannot be published again
+// under another id (as a new input), and a domain of its own, so no
+// record's signature passes for it.
+func vouchedName(subject, msgID string) string { return "vouched\x00" + subject + "\x00" + msgID }
 
 // Vouched reports whether m carries the deployment's signature (Vouch);
 // always true on a client that does not sign, whose deployment trusts
@@ -235,7 +241,7 @@ func (c *Client) Vouched(m *Msg) bool {
 		return true
 	}
 	got := m.Header.Get(HeaderSignature)
-	return got != "" && hmac.Equal([]byte(got), []byte(k.sig(m.Subject, m.Data)))
+	return got != "" && hmac.Equal([]byte(got), []byte(k.sig(vouchedName(m.Subject, m.MsgID()), m.Data)))
 }
 
 // RefuseTruth makes writes on subjects of durable truth fail with why: for

@@ -94,8 +94,8 @@ var agentsDeleteCmd = &command{
 	name:    "agents delete",
 	args:    "NAME",
 	summary: "delete an agent, keeping its revisions",
-	doc: `Deletes an agent: a revision that says so. Sessions bound to it start no new turn under
-it; its earlier revisions stay readable, and applying it again goes on from there.`,
+	doc: `Deletes an agent: a revision that says so, after which ls does not list it. Its earlier
+revisions stay readable, and applying it again goes on from there.`,
 	min: 1, max: 1,
 	flags: ifRevisionFlag,
 	run:   runAgentsDelete,

@@ -145,6 +145,10 @@ func (t *toolSet) sync(ctx context.Context) error {
 			problems[fmt.Sprintf("tool %q served over NATS is left out: a built-in tool has its name", spec.Name)] = true
 			continue
 		}
+		if _, fromMCP := t.fromMCP[spec.Name]; fromMCP {
+			problems[fmt.Sprintf("tool %q served over NATS is left out: an MCP server's tool has its name", spec.Name)] = true
+			continue
+		}
 		seen[spec.Name] = true
 		old, ok := t.remote[spec.Name]
 		if ok && old == spec {
@@ -224,14 +228,25 @@ func (t *toolSet) interval(now time.Time, every time.Duration) time.Duration {
 // answer keeps its tools: a call to one fails as the server does, and the
 // next listing starts it again.
 func (t *toolSet) syncMCP(ctx context.Context) {
+	now := map[string]bool{} // the problems of this refresh
+	defer func() {
+		t.mu.Lock()
+		t.knownMCP = now
+		t.mu.Unlock()
+	}()
 	for _, src := range t.mcp {
-		found, problems, err := src.Tools(ctx)
+		// A server that does not answer holds up neither the start nor the
+		// discovery of the other tools.
+		lctx, cancel := context.WithTimeout(ctx, mcpListTimeout)
+		found, problems, err := src.Tools(lctx)
+		cancel()
 		t.mu.Lock()
 		if err != nil {
-			if p := err.Error(); !t.knownMCP[p] {
-				t.log.Warn("MCP server not listed", "server", src.Name(), "err", err)
-				t.knownMCP[p] = true
+			p := "MCP server " + src.Name() + " not listed"
+			if !t.knownMCP[p] {
+				t.log.Warn(p, "err", err)
 			}
+			now[p] = true
 			t.mu.Unlock()
 			continue
 		}
@@ -240,6 +255,10 @@ func (t *toolSet) syncMCP(ctx context.Context) {
 			spec := tool.Spec()
 			if t.builtin[spec.Name] {
 				problems = append(problems, fmt.Sprintf("MCP tool %q is left out: a built-in tool has its name", spec.Name))
+				continue
+			}
+			if _, onNATS := t.remote[spec.Name]; onNATS {
+				problems = append(problems, fmt.Sprintf("MCP tool %q is left out: a tool served over NATS has its name", spec.Name))
 				continue
 			}
 			seen[spec.Name] = true
@@ -262,15 +281,19 @@ func (t *toolSet) syncMCP(ctx context.Context) {
 		for _, p := range problems {
 			if !t.knownMCP[p] {
 				t.log.Warn("tool endpoint left out", "problem", p)
-				t.knownMCP[p] = true
 				if t.problem != nil {
 					t.problem()
 				}
 			}
+			now[p] = true
 		}
 		t.mu.Unlock()
 	}
 }
+
+// mcpListTimeout bounds listing one MCP server's tools, connecting
+// included.
+const mcpListTimeout = 10 * time.Second
 
 // close stops the MCP servers the node runs.
 func (t *toolSet) close() {

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.yaml.in/yaml/v3"
 
@@ -47,6 +48,9 @@ type Server struct {
 	// Headers go with every HTTP request (credentials): never logged,
 	// shown or journaled.
 	Headers map[string]string `json:"-" yaml:"-"`
+	// Env is the environment of a command besides PATH, HOME, TMPDIR and
+	// LANG: it gets none of the node's.
+	Env map[string]string `json:"-" yaml:"-"`
 	// MaxResultBytes bounds a result's text; a longer one is a failed
 	// call. Zero means DefaultMaxResultBytes.
 	MaxResultBytes int `json:"max_result_bytes,omitempty" yaml:"max_result_bytes,omitempty"`
@@ -74,9 +78,35 @@ func (s Server) Check() error {
 type Source struct {
 	srv    Server
 	client *mcp.Client
+	// dial is held while connecting, so one caller connects and the others
+	// wait for it, each within its own context.
+	dial chan struct{}
 
 	mu      sync.Mutex
+	session *conn
+}
+
+// conn is an open session and, for a stdio server, its process.
+type conn struct {
 	session *mcp.ClientSession
+	proc    *exec.Cmd
+}
+
+// close ends the session and the process, which gets its stdin closed and
+// then, if it lingers, is killed.
+func (c *conn) close() {
+	_ = c.session.Close()
+	if c.proc == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() { _ = c.proc.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		_ = c.proc.Process.Kill()
+		<-done
+	}
 }
 
 // New returns the source of srv's tools; nothing connects yet.
@@ -88,69 +118,119 @@ func New(srv Server, version string) (*Source, error) {
 		srv.MaxResultBytes = DefaultMaxResultBytes
 	}
 	c := mcp.NewClient(&mcp.Implementation{Name: "lash", Version: version}, nil)
-	return &Source{srv: srv, client: c}, nil
+	return &Source{srv: srv, client: c, dial: make(chan struct{}, 1)}, nil
 }
+
+// frameBytes is what a response may carry beyond its result's text: the
+// JSON-RPC framing and escapes.
+const frameBytes = 1 << 20
 
 // Name is the server's name.
 func (s *Source) Name() string { return s.srv.Name }
 
-// connect returns the open session, connecting when there is none.
-func (s *Source) connect(ctx context.Context) (*mcp.ClientSession, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.session != nil {
-		return s.session, nil
+// connect returns the open session, connecting when there is none; it
+// gives up when ctx ends, a server that never answers included.
+func (s *Source) connect(ctx context.Context) (*conn, error) {
+	select {
+	case s.dial <- struct{}{}:
+		defer func() { <-s.dial }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("mcptool: connecting to %s: %w", s.srv.Name, ctx.Err())
 	}
+	s.mu.Lock()
+	c := s.session
+	s.mu.Unlock()
+	if c != nil {
+		return c, nil
+	}
+	c = &conn{}
 	var t mcp.Transport
+	limit := s.srv.MaxResultBytes + frameBytes
 	if len(s.srv.Command) > 0 {
-		// The process outlives the call that started it: not ctx's.
+		// The process outlives the call that started it: not ctx's. It
+		// gets a bare environment: the node's secrets are not its.
 		cmd := exec.Command(s.srv.Command[0], s.srv.Command[1:]...)
-		t = &mcp.CommandTransport{Command: cmd, TerminateDuration: 2 * time.Second}
+		cmd.Env = childEnv(s.srv.Env)
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			return nil, err
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, fmt.Errorf("mcptool: starting %s: %w", s.srv.Name, err)
+		}
+		c.proc = cmd
+		t = &mcp.IOTransport{Reader: out, Writer: in, MaxLineLength: limit}
 	} else {
-		hc := &http.Client{Transport: headers{h: s.srv.Headers, next: http.DefaultTransport}}
+		hc := &http.Client{Transport: headers{h: s.srv.Headers, limit: int64(limit), next: http.DefaultTransport}}
 		t = &mcp.StreamableClientTransport{Endpoint: s.srv.URL, HTTPClient: hc, MaxRetries: -1}
 	}
 	sess, err := s.client.Connect(ctx, t, nil)
 	if err != nil {
+		if c.proc != nil {
+			_ = c.proc.Process.Kill()
+			_ = c.proc.Wait()
+		}
 		return nil, fmt.Errorf("mcptool: connecting to %s: %w", s.srv.Name, err)
 	}
-	s.session = sess
-	return sess, nil
+	c.session = sess
+	s.mu.Lock()
+	s.session = c
+	s.mu.Unlock()
+	return c, nil
 }
 
-// drop forgets a session that failed, so the next use connects again.
-func (s *Source) drop(sess *mcp.ClientSession) {
+// childEnv is a server process's environment: what finds programs and a
+// home, and what its entry names.
+func childEnv(extra map[string]string) []string {
+	var env []string
+	for _, k := range []string{"PATH", "HOME", "TMPDIR", "LANG"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	for k, v := range extra {
+		env = append(env, k+"="+v)
+	}
+	return env
+}
+
+// drop forgets a connection that broke, so the next use connects again.
+func (s *Source) drop(c *conn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.session == sess {
+	if s.session == c {
 		s.session = nil
-		go sess.Close() // a child process gets its stdin closed, then a signal
+		go c.close()
 	}
 }
 
 // Close ends the session, and the server's process if it runs one.
 func (s *Source) Close() error {
 	s.mu.Lock()
-	sess := s.session
+	c := s.session
 	s.session = nil
 	s.mu.Unlock()
-	if sess == nil {
-		return nil
+	if c != nil {
+		c.close()
 	}
-	return sess.Close()
+	return nil
 }
 
 // Tools lists the server's tools as lash tools named <server>__<tool>;
 // problems are the tools left out (a name or schema no model takes).
 func (s *Source) Tools(ctx context.Context) (ts []tools.Tool, problems []string, err error) {
-	sess, err := s.connect(ctx)
+	c, err := s.connect(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	for t, err := range sess.Tools(ctx, nil) {
+	for t, err := range c.session.Tools(ctx, nil) {
 		if err != nil {
-			if ctx.Err() == nil {
-				s.drop(sess)
+			if broken(err) {
+				s.drop(c)
 			}
 			return nil, nil, fmt.Errorf("mcptool: listing the tools of %s: %w", s.srv.Name, err)
 		}
@@ -196,21 +276,27 @@ func (t *tool) Call(ctx context.Context, args json.RawMessage) (tools.Result, er
 		meta[MetaAttempt] = info.Attempt
 		meta[MetaInDoubt] = info.InDoubt
 	}
-	sess, err := t.src.connect(ctx)
+	c, err := t.src.connect(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return tools.Result{}, ctx.Err()
 		}
 		return failed(err.Error()), nil
 	}
-	res, err := sess.CallTool(ctx, &mcp.CallToolParams{Meta: meta, Name: t.remote, Arguments: a})
+	res, err := c.session.CallTool(ctx, &mcp.CallToolParams{Meta: meta, Name: t.remote, Arguments: a})
 	if err != nil {
 		if ctx.Err() != nil {
 			return tools.Result{}, ctx.Err()
 		}
-		// The session may be broken (the process exited): the next call
-		// starts afresh.
-		t.src.drop(sess)
+		if broken(err) {
+			// The process exited or the connection went: the next call
+			// starts afresh. An error the server answered leaves the
+			// session, and the other calls on it, as they are.
+			t.src.drop(c)
+		}
+		if errors.Is(err, errTooLarge) || strings.Contains(err.Error(), "maximum line length") {
+			return failed(fmt.Sprintf("the result of %s is over the bound of %d bytes", t.spec.Name, t.src.srv.MaxResultBytes)), nil
+		}
 		return failed(fmt.Sprintf("MCP server %s: %v", t.src.srv.Name, err)), nil
 	}
 	text, size := resultText(res, t.src.srv.MaxResultBytes)
@@ -251,10 +337,19 @@ func resultText(res *mcp.CallToolResult, max int) (string, int) {
 	return b.String(), b.Len()
 }
 
-// headers adds a server's headers to its requests.
+// broken reports whether err means the connection is gone, not that the
+// server answered with an error.
+func broken(err error) bool {
+	var answered *jsonrpc.Error
+	return !errors.As(err, &answered)
+}
+
+// headers adds a server's headers to its requests, and caps what a
+// response body may hold.
 type headers struct {
-	h    map[string]string
-	next http.RoundTripper
+	h     map[string]string
+	limit int64
+	next  http.RoundTripper
 }
 
 func (h headers) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -264,8 +359,35 @@ func (h headers) RoundTrip(r *http.Request) (*http.Response, error) {
 			r.Header.Set(k, v)
 		}
 	}
-	return h.next.RoundTrip(r)
+	res, err := h.next.RoundTrip(r)
+	if res != nil && res.Body != nil {
+		res.Body = &capped{rc: res.Body, left: h.limit}
+	}
+	return res, err
 }
+
+// errTooLarge ends a response past the cap.
+var errTooLarge = errors.New("mcptool: the server's response is over the result bound")
+
+// capped reads at most left bytes, then fails.
+type capped struct {
+	rc   io.ReadCloser
+	left int64
+}
+
+func (c *capped) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		return 0, errTooLarge
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.rc.Read(p)
+	c.left -= int64(n)
+	return n, err
+}
+
+func (c *capped) Close() error { return c.rc.Close() }
 
 // fileServer is a server as a servers file writes it: header values are
 // "env:NAME" (read from the environment), "file:PATH" (read from a file,
@@ -273,6 +395,7 @@ func (h headers) RoundTrip(r *http.Request) (*http.Response, error) {
 type fileServer struct {
 	Server  `yaml:",inline"`
 	Headers map[string]string `yaml:"headers,omitempty"`
+	Env     map[string]string `yaml:"env,omitempty"`
 }
 
 // ParseServers reads a servers file (YAML or JSON): a list of servers, each
@@ -306,6 +429,16 @@ func ParseServers(data []byte, getenv func(string) string) ([]Server, error) {
 				s.Headers = map[string]string{}
 			}
 			s.Headers[k] = val
+		}
+		for k, v := range f.Env {
+			val, err := resolve(v, getenv)
+			if err != nil {
+				return nil, fmt.Errorf("%w: %s: env %s: %v", ErrInvalidServer, s.Name, k, err)
+			}
+			if s.Env == nil {
+				s.Env = map[string]string{}
+			}
+			s.Env[k] = val
 		}
 		out = append(out, s)
 	}

@@ -184,3 +184,24 @@ func TestParseServers(t *testing.T) {
 		}
 	}
 }
+
+// A server that never answers is given up at the caller's deadline, for
+// listing as for calls, and closing it does not wait on it for long.
+func TestSilentServer(t *testing.T) {
+	src, err := mcptool.New(mcptool.Server{Name: "mute", Command: []string{"sleep", "30"}}, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, _, err := src.Tools(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("listing a silent server: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = src.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited on the silent server")
+	}
+}
