@@ -188,7 +188,7 @@ func TestAwaitRecheckWhileEndTextWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := fmt.Sprintf("[process %s (%s) %s] %s", p.ID, processName(p), p.Status(), builtin.ProcessOutcome(p))
-	if _, _, err := s.Send(ctx, processWakeKey(pid), Input{Text: text}); err != nil {
+	if _, _, err := s.Send(ctx, processWakeKey(pid), Input{Notice: text}); err != nil {
 		t.Fatal(err)
 	}
 	timersSettled(t, n) // the recheck fired while the text waited

@@ -180,7 +180,7 @@ func TestProcessAwaitResumesParkedCall(t *testing.T) {
 		t.Fatalf("the tool ran %d times", got)
 	}
 	for _, m := range tr {
-		if m.Role == turn.RoleUser && strings.Contains(m.Text, "[process") {
+		if (m.Role == turn.RoleUser || m.Role == turn.RoleSystem) && strings.Contains(m.Text, "[process") {
 			t.Fatalf("the end was told as an input too (key first used by %d): %s", k.Seq, describeTranscript(tr))
 		}
 	}

@@ -221,8 +221,8 @@ rule bg-started
 
 // Through lash-node and a scripted model: a turn starts a tool served by
 // another process in the background and ends; the tool's end comes back to
-// the session as an input that starts the next turn; lash-admin lists the
-// process.
+// the session as a notice (a system message, never the user's) that
+// starts the next turn; lash-admin lists the process.
 func TestBackgroundToolWakesSession(t *testing.T) {
 	d := newDeployment(t)
 	d.toolServer()
@@ -230,7 +230,10 @@ func TestBackgroundToolWakesSession(t *testing.T) {
 	d.send("s1", "k1", []byte(`{"text":"append in the background"}`))
 	var told string
 	for _, m := range d.waitAnswer("s1", "it is done") {
-		if m.Role == "user" && strings.HasPrefix(m.Text, "[process") {
+		if strings.HasPrefix(m.Text, "[process") {
+			if m.Role != "system" {
+				t.Fatalf("the end came as a %s message", m.Role)
+			}
 			told = m.Text
 		}
 	}
