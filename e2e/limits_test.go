@@ -36,6 +36,24 @@ func (d *deployment) startNode(id string, extra ...string) *proc {
 	return p
 }
 
+// waitPending waits until a turn of session has recorded a pending call:
+// it waits for a decision, every effect before it recorded.
+func (d *deployment) waitPending(session, turnID string) {
+	d.t.Helper()
+	testenv.WaitFor(d.t, 60*time.Second, func() error {
+		var ef effects
+		if err := d.tryAdmin(&ef, "effects", session, turnID); err != nil {
+			return err
+		}
+		for _, e := range ef.Effects {
+			if strings.HasPrefix(e.Summary, "pending") {
+				return nil
+			}
+		}
+		return fmt.Errorf("the approval call is not recorded yet")
+	})
+}
+
 // watch records the subjects of messages on the server that hold marker
 // in their subject or payload, other than the given subjects and replies to
 // inboxes (deliveries of the message itself, answers to reads): what a
@@ -220,18 +238,7 @@ func TestLargePayloadsSurviveKill(t *testing.T) {
 	turnID := fmt.Sprintf("in-%d", seq)
 	// Kill node-a while its turn waits for the decision, after the large
 	// answer and every result were recorded, before the commit.
-	testenv.WaitFor(t, 60*time.Second, func() error {
-		var ef effects
-		if err := d.tryAdmin(&ef, "effects", "big", turnID); err != nil {
-			return err
-		}
-		for _, e := range ef.Effects {
-			if strings.HasPrefix(e.Summary, "pending") {
-				return nil
-			}
-		}
-		return fmt.Errorf("the approval call is not recorded yet")
-	})
+	d.waitPending("big", turnID)
 	a.kill()
 	asked := models.Requests()
 	if runs.Load() != 10 || asked != 2 {

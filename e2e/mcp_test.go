@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/lash-run/lash/testenv"
 )
 
 // A node offers the tools of an MCP server it runs as a child process (the
@@ -33,18 +31,7 @@ func TestMCPTools(t *testing.T) {
 	a.waitLine(`tool found" tool=ledger__ledger_append`, 30*time.Second)
 	seq := d.send("s1", "k1", []byte(`{"text":"append please"}`))
 	turnID := fmt.Sprintf("in-%d", seq)
-	testenv.WaitFor(t, 60*time.Second, func() error {
-		var ef effects
-		if err := d.tryAdmin(&ef, "effects", "s1", turnID); err != nil {
-			return err
-		}
-		for _, e := range ef.Effects {
-			if strings.HasPrefix(e.Summary, "pending") {
-				return nil
-			}
-		}
-		return fmt.Errorf("the approval call is not recorded yet")
-	})
+	d.waitPending("s1", turnID)
 	a.kill()
 	if n := count(t, calls, "ledger_append"); n != 1 {
 		t.Fatalf("%d calls before the replay", n)

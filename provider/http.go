@@ -106,3 +106,17 @@ func TransportError(err error) *Error {
 	}
 	return &Error{Code: CodeInternal, Message: err.Error(), Err: err}
 }
+
+// ShouldRetry lets a server's x-should-retry header overrule the status.
+func ShouldRetry(e *Error, raw *http.Response) *Error {
+	if raw == nil {
+		return e
+	}
+	switch raw.Header.Get("x-should-retry") {
+	case "true":
+		e.Retryable = true
+	case "false":
+		e.Retryable = false
+	}
+	return e
+}

@@ -125,7 +125,7 @@ func (c *Client) classify(ctx, callCtx context.Context, err error, raw *http.Res
 		}
 		e := provider.StatusError(apiErr.StatusCode, code, msg)
 		e.Err = err
-		return retryAfter(shouldRetry(e, raw), raw)
+		return retryAfter(provider.ShouldRetry(e, raw), raw)
 	}
 	if raw != nil && raw.StatusCode >= 400 {
 		var body []byte
@@ -135,7 +135,7 @@ func (c *Client) classify(ctx, callCtx context.Context, err error, raw *http.Res
 		code, msg := errorFields(body)
 		e := provider.StatusError(raw.StatusCode, code, msg)
 		e.Err = err
-		return retryAfter(shouldRetry(e, raw), raw)
+		return retryAfter(provider.ShouldRetry(e, raw), raw)
 	}
 	if msg, ok := strings.CutPrefix(err.Error(), "received error while streaming: "); ok {
 		code, text := errorFields([]byte(msg))
@@ -173,20 +173,6 @@ func errorFields(body []byte) (code, msg string) {
 		return "", ""
 	}
 	return b.Error.Type, b.Error.Message
-}
-
-// shouldRetry lets the server's x-should-retry header overrule the status.
-func shouldRetry(e *Error, raw *http.Response) *Error {
-	if raw == nil {
-		return e
-	}
-	switch raw.Header.Get("x-should-retry") {
-	case "true":
-		e.Retryable = true
-	case "false":
-		e.Retryable = false
-	}
-	return e
 }
 
 // retryAfter sets the wait the server asked for on a retryable error.

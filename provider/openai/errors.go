@@ -63,13 +63,13 @@ func (c *Client) classify(ctx, callCtx context.Context, err error, raw *http.Res
 			e = statusError(apiErr.StatusCode, apiErr.Response)
 		}
 		e.Err = err
-		return retryAfter(shouldRetry(e, raw), raw, time.Now())
+		return retryAfter(provider.ShouldRetry(e, raw), raw, time.Now())
 	}
 	if raw != nil && raw.StatusCode >= 400 {
 		// An error status with a body the SDK could not read as an error.
 		e := statusError(raw.StatusCode, raw)
 		e.Err = err
-		return retryAfter(shouldRetry(e, raw), raw, time.Now())
+		return retryAfter(provider.ShouldRetry(e, raw), raw, time.Now())
 	}
 	var se *ssestream.StreamError
 	if errors.As(err, &se) {
@@ -136,20 +136,6 @@ func codeString(raw json.RawMessage) string {
 		return ""
 	}
 	return s
-}
-
-// shouldRetry lets the server's x-should-retry header overrule the status.
-func shouldRetry(e *Error, raw *http.Response) *Error {
-	if raw == nil {
-		return e
-	}
-	switch raw.Header.Get("x-should-retry") {
-	case "true":
-		e.Retryable = true
-	case "false":
-		e.Retryable = false
-	}
-	return e
 }
 
 // retryAfter sets how long a server asked to wait before a retry, from

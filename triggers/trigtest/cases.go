@@ -389,20 +389,7 @@ func testSweep(t *testing.T, env conformance.Env) {
 	d := conformance.Open(t, env)
 	c := d.Client()
 	tr := triggers.New(c, "op")
-	for _, k := range []string{"a", "b", "c"} {
-		register(t, ctx, tr, host, k, spec("deploy", ">"))
-	}
-	m := signal(t, ctx, c, "deploy.9", "sig-9", `{}`)
-	dead, _ := router(t, d.Reopen(t), "node-dead", triggers.RouterConfig{
-		AfterReserve: func(*triggers.Occurrence) { panic(errDied) }})
-	func() {
-		defer func() {
-			if r := recover(); r != errDied {
-				t.Fatalf("the dying router did not stop after reserving: %v", r)
-			}
-		}()
-		_, _, _ = dead.Deliver(ctx, m)
-	}()
+	m := reserveDying(t, ctx, d, tr)
 	procs := processes.New(c, "check")
 	if ids := processIDs(t, ctx, procs); len(ids) != 0 {
 		t.Fatalf("processes before the sweep: %v", ids)
@@ -439,6 +426,28 @@ func testSweep(t *testing.T, env conformance.Env) {
 }
 
 var errDied = errors.New("node died")
+
+// reserveDying registers three subscriptions to deploy signals and has a
+// router that dies right after reserving deliver one: three reservations
+// whose processes were never registered. It returns the signal.
+func reserveDying(t *testing.T, ctx context.Context, d *conformance.Deployment, tr *triggers.Triggers) *streams.Msg {
+	t.Helper()
+	for _, k := range []string{"a", "b", "c"} {
+		register(t, ctx, tr, host, k, spec("deploy", ">"))
+	}
+	m := signal(t, ctx, d.Client(), "deploy.9", "sig-9", `{}`)
+	dead, _ := router(t, d.Reopen(t), "node-dead", triggers.RouterConfig{
+		AfterReserve: func(*triggers.Occurrence) { panic(errDied) }})
+	func() {
+		defer func() {
+			if r := recover(); r != errDied {
+				t.Fatalf("the dying router did not stop after reserving: %v", r)
+			}
+		}()
+		_, _, _ = dead.Deliver(ctx, m)
+	}()
+	return m
+}
 
 // A router forgets a deleted subscription's history once the deletion is
 // older than the retention, as a sweep prunes it from the stream: until
@@ -502,20 +511,7 @@ func testSweepAfterPrune(t *testing.T, env conformance.Env) {
 	d := conformance.Open(t, env)
 	c := d.Client()
 	tr := triggers.New(c, "op")
-	for _, k := range []string{"a", "b", "c"} {
-		register(t, ctx, tr, host, k, spec("deploy", ">"))
-	}
-	m := signal(t, ctx, c, "deploy.9", "sig-9", `{}`)
-	dead, _ := router(t, d.Reopen(t), "node-dead", triggers.RouterConfig{
-		AfterReserve: func(*triggers.Occurrence) { panic(errDied) }})
-	func() {
-		defer func() {
-			if r := recover(); r != errDied {
-				t.Fatalf("the dying router did not stop after reserving: %v", r)
-			}
-		}()
-		_, _, _ = dead.Deliver(ctx, m)
-	}()
+	reserveDying(t, ctx, d, tr)
 	hold, err := c.LastSeq(ctx, streams.Triggers)
 	if err != nil {
 		t.Fatal(err)
