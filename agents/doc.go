@@ -13,6 +13,10 @@
 // revision stays readable by number or version (Resolve) until a sweep
 // prunes a deleted agent past the retention (Prune).
 //
+// Index keeps every agent's current revision in memory, following the
+// stream, for a node to find an agent without a read per turn; nothing in
+// the node uses it yet (binding sessions to agents is the next step).
+//
 // The records are durable truth: on a deployment that signs (ADR 0036)
 // one no node or operator wrote is passed over.
 package agents

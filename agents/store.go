@@ -32,6 +32,7 @@ type Store interface {
 	Read(ctx context.Context, filter string, from uint64, fn func(*streams.Msg) error) error
 	SignedHead(ctx context.Context, subject string) (*streams.Msg, uint64, error)
 	PurgeBefore(ctx context.Context, subject string, seq uint64) error
+	Tail(ctx context.Context, s streams.Stream, filters []string, from uint64, fn func(m *streams.Msg, pending uint64) error) error
 	// Verify vouches for a record (streams.Client.Verify).
 	Verify(m *streams.Msg) error
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -232,5 +233,64 @@ func TestConcurrentAppliesBothLand(t *testing.T) {
 	}
 	if got, err := a.Get(ctx, "support"); err != nil || got.Definition.Instructions != "v3" {
 		t.Fatalf("current = %+v, %v; want v3 stored", got, err)
+	}
+}
+
+// The index follows the stream: applies and deletions show in it without a
+// read, a forged record does not, and a lookup ahead of the tail reads the
+// store once.
+func TestIndex(t *testing.T) {
+	ctx, c, srv := open(t)
+	if err := c.Sign(ctx, bytes.Repeat([]byte{4}, 32)); err != nil {
+		t.Fatal(err)
+	}
+	a := agents.New(c, "op")
+	if _, _, err := a.Apply(ctx, def("support", "v1"), -1); err != nil {
+		t.Fatal(err)
+	}
+	x := agents.NewIndex(a)
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = x.Run(rctx) }()
+	defer func() { stop(); <-done }()
+	wantIn := func(name, instructions string) {
+		t.Helper()
+		testenv.WaitFor(t, 10*time.Second, func() error {
+			r, err := x.Lookup(ctx, name)
+			if err != nil || r.Definition.Instructions != instructions {
+				return fmt.Errorf("%s: %+v, %v", name, r, err)
+			}
+			return nil
+		})
+	}
+	wantIn("support", "v1")
+	if _, _, err := a.Apply(ctx, def("support", "v2"), -1); err != nil {
+		t.Fatal(err)
+	}
+	wantIn("support", "v2")
+	plain, err := streams.Bind(ctx, srv.Conn(t), streams.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj, _ := c.Subjects().Agent("support")
+	if _, _, err := plain.Publish(ctx, streams.Publication{Subject: subj, Data: []byte(`{"v":1,"revision":9,"version":"x","definition":{"name":"support","instructions":"forged","provider":"openai","model":"m"},"by":"op"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := a.Apply(ctx, def("other", "o"), -1); err != nil {
+		t.Fatal(err)
+	}
+	wantIn("other", "o")
+	wantIn("support", "v2")
+	if _, err := a.Delete(ctx, "support", 0); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		if _, err := x.Lookup(ctx, "support"); !errors.Is(err, agents.ErrNotFound) {
+			return fmt.Errorf("a deleted agent: %v", err)
+		}
+		return nil
+	})
+	if x.Len() != 1 {
+		t.Fatalf("the index holds %d agents; want 1", x.Len())
 	}
 }
