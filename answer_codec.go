@@ -109,9 +109,7 @@ func appendResponse(b []byte, r *turn.ModelResponse) []byte {
 	if r.Finish != "" {
 		b = pack.Str(pack.Str(b, "f"), string(r.Finish))
 	}
-	b = pack.Map(pack.Str(b, "u"), 2)
-	b = pack.Int64(pack.Str(b, "i"), r.Usage.InputTokens)
-	return pack.Int64(pack.Str(b, "o"), r.Usage.OutputTokens)
+	return turn.AppendUsage(pack.Str(b, "u"), r.Usage)
 }
 
 func appendCallError(b []byte, e *turn.CallError) []byte {

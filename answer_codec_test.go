@@ -20,6 +20,8 @@ func TestAnswerEncodesAsMsgpack(t *testing.T) {
 	for _, a := range []*answer{
 		{},
 		{Response: &turn.ModelResponse{Usage: turn.Usage{InputTokens: 10, OutputTokens: 2}}},
+		{Response: &turn.ModelResponse{Usage: turn.Usage{InputTokens: 10, OutputTokens: 2, CacheReadTokens: 7, CacheWriteTokens: 1 << 35, ReasoningTokens: 1}}},
+		{Response: &turn.ModelResponse{Usage: turn.Usage{CacheWriteTokens: 3}}},
 		{Response: &turn.ModelResponse{Text: long, Finish: "stop", ToolCalls: []turn.ToolCall{{ID: "c1", Name: "weather", Arguments: `{"city":"Oslo"}`}, {ID: "c2"}},
 			Usage: turn.Usage{InputTokens: -1, OutputTokens: 1 << 40}}, Took: time.Millisecond, Request: "model\n" + strings.Repeat("r", 300)},
 		{Response: &turn.ModelResponse{ToolCalls: make([]turn.ToolCall, 17)}},

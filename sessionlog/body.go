@@ -75,9 +75,7 @@ func EncodeTurnBody(b *TurnBody) ([]byte, error) {
 	} else {
 		out = pack.Array(out, 0)
 	}
-	out = pack.Map(pack.Str(out, "Usage"), 2)
-	out = pack.Int64(pack.Str(out, "i"), o.Usage.InputTokens)
-	out = pack.Int64(pack.Str(out, "o"), o.Usage.OutputTokens)
+	out = turn.AppendUsage(pack.Str(out, "Usage"), o.Usage)
 	out = pack.Int(pack.Str(out, "Iterations"), o.Iterations)
 	out = pack.Uint64(pack.Str(out, "c"), b.InputCursor)
 	if len(b.Inputs) > 0 {

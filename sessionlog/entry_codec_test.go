@@ -51,7 +51,7 @@ func TestTurnBodyEncodesAsMsgpack(t *testing.T) {
 	for _, b := range []TurnBody{
 		{},
 		{Outcome: turn.Outcome{Status: turn.StatusDone, Termination: turn.Termination{Reason: turn.NaturalEnd}, Messages: msgs,
-			Usage: turn.Usage{InputTokens: 10, OutputTokens: -2}, Iterations: 300}, InputCursor: 9,
+			Usage: turn.Usage{InputTokens: 10, OutputTokens: -2, CacheReadTokens: 4, ReasoningTokens: 1 << 33}, Iterations: 300}, InputCursor: 9,
 			Inputs: []InputUse{{Seq: 9, Key: "k", Hash: [32]byte{7}}, {Seq: 10, Duplicate: 9, Refused: "duplicate", Decision: true}}},
 		{Outcome: turn.Outcome{Termination: turn.Termination{Code: "x", Detail: strings.Repeat("d", 40)}, Messages: []turn.Message{}, Suspended: []turn.SuspendedCall{}}},
 		{Outcome: turn.Outcome{Suspended: []turn.SuspendedCall{{Call: turn.ToolCall{ID: "c"}, Iteration: 2}}}},

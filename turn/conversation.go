@@ -101,6 +101,12 @@ type ModelResponse struct {
 type Usage struct {
 	InputTokens  int64 `msgpack:"i"`
 	OutputTokens int64 `msgpack:"o"`
+	// Of InputTokens, those read from the provider's prompt cache and
+	// those written to it; of OutputTokens, those spent reasoning. Zero
+	// when the provider does not say.
+	CacheReadTokens  int64 `msgpack:"r,omitempty"`
+	CacheWriteTokens int64 `msgpack:"w,omitempty"`
+	ReasoningTokens  int64 `msgpack:"x,omitempty"`
 }
 
 // Total is input plus output tokens.
@@ -108,5 +114,7 @@ func (u Usage) Total() int64 { return u.InputTokens + u.OutputTokens }
 
 // Add returns the sum of two usages.
 func (u Usage) Add(o Usage) Usage {
-	return Usage{InputTokens: u.InputTokens + o.InputTokens, OutputTokens: u.OutputTokens + o.OutputTokens}
+	return Usage{InputTokens: u.InputTokens + o.InputTokens, OutputTokens: u.OutputTokens + o.OutputTokens,
+		CacheReadTokens: u.CacheReadTokens + o.CacheReadTokens, CacheWriteTokens: u.CacheWriteTokens + o.CacheWriteTokens,
+		ReasoningTokens: u.ReasoningTokens + o.ReasoningTokens}
 }

@@ -159,3 +159,20 @@ func AppendMessages(b []byte, msgs []Message) []byte {
 	}
 	return b
 }
+
+// AppendUsage appends u as msgpack encodes it.
+func AppendUsage(b []byte, u Usage) []byte {
+	b = pack.Map(b, 2+pack.Count(u.CacheReadTokens != 0, u.CacheWriteTokens != 0, u.ReasoningTokens != 0))
+	b = pack.Int64(pack.Str(b, "i"), u.InputTokens)
+	b = pack.Int64(pack.Str(b, "o"), u.OutputTokens)
+	if u.CacheReadTokens != 0 {
+		b = pack.Int64(pack.Str(b, "r"), u.CacheReadTokens)
+	}
+	if u.CacheWriteTokens != 0 {
+		b = pack.Int64(pack.Str(b, "w"), u.CacheWriteTokens)
+	}
+	if u.ReasoningTokens != 0 {
+		b = pack.Int64(pack.Str(b, "x"), u.ReasoningTokens)
+	}
+	return b
+}

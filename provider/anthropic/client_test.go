@@ -207,3 +207,17 @@ func TestNoticeStaysSystem(t *testing.T) {
 		t.Fatalf("the notice on the wire: %s", srv.Seen()[0].Body)
 	}
 }
+
+// Cache reads and writes count as input, and are kept apart too.
+func TestUsageWithCache(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"id":"m","type":"message","role":"assistant","model":"x","content":[{"type":"text","text":"hi"}],"stop_reason":"end_turn",` +
+			`"usage":{"input_tokens":40,"output_tokens":5,"cache_read_input_tokens":60,"cache_creation_input_tokens":10}}`))
+	}))
+	defer srv.Close()
+	r, err := client(t, srv.URL, nil).Complete(context.Background(), turn.ModelRequest{Messages: []turn.Message{{Role: turn.RoleUser, Text: "hi"}}}, nil)
+	if want := (turn.Usage{InputTokens: 110, OutputTokens: 5, CacheReadTokens: 60, CacheWriteTokens: 10}); err != nil || r.Usage != want {
+		t.Fatalf("usage %+v, %v; want %+v", r.Usage, err, want)
+	}
+}

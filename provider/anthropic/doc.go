@@ -26,7 +26,8 @@
 // context window length, refusal content_filter. Input tokens count cache
 // writes and reads with the rest (usage.input_tokens +
 // cache_creation_input_tokens + cache_read_input_tokens): the token budget
-// counts what the model read.
+// counts what the model read; the cache reads and writes are kept apart
+// too (turn.Usage.CacheReadTokens, CacheWriteTokens).
 //
 // # Streaming
 //

@@ -50,7 +50,8 @@ func fromMessage(m *sdk.Message) (turn.ModelResponse, error) {
 	// Cached input is input too: what the budget counts is what the model
 	// read.
 	u := m.Usage
-	r.Usage = turn.Usage{InputTokens: u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens, OutputTokens: u.OutputTokens}
+	r.Usage = turn.Usage{InputTokens: u.InputTokens + u.CacheCreationInputTokens + u.CacheReadInputTokens, OutputTokens: u.OutputTokens,
+		CacheReadTokens: u.CacheReadInputTokens, CacheWriteTokens: u.CacheCreationInputTokens}
 	return r, nil
 }
 

@@ -513,3 +513,22 @@ func TestInvalidRequests(t *testing.T) {
 		t.Fatalf("negative timeout: %v", err)
 	}
 }
+
+// Cached prompt tokens and reasoning tokens are kept, as parts of the
+// input and the output.
+func TestUsageDetails(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"id":"c","object":"chat.completion","created":1,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],` +
+			`"usage":{"prompt_tokens":100,"completion_tokens":20,"total_tokens":120,"prompt_tokens_details":{"cached_tokens":60},"completion_tokens_details":{"reasoning_tokens":12}}}`))
+	}))
+	defer srv.Close()
+	c, err := openai.New(openai.Config{BaseURL: srv.URL, Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Complete(context.Background(), ask("hi"), nil)
+	if want := (turn.Usage{InputTokens: 100, OutputTokens: 20, CacheReadTokens: 60, ReasoningTokens: 12}); err != nil || resp.Usage != want {
+		t.Fatalf("usage %+v, %v; want %+v", resp.Usage, err, want)
+	}
+}

@@ -37,7 +37,9 @@
 //	[late result for tool call <id> (<name>)]: <text>
 //
 // (provider.LateResultText). The answer's text, tool calls (id, name,
-// arguments), finish reason and token usage make the turn.ModelResponse.
+// arguments), finish reason and token usage (with the cached prompt tokens,
+// cache writes and reasoning tokens when the server reports them) make the
+// turn.ModelResponse.
 // Tool calls without an id, which some local servers send, get
 // "call_<n>", numbered on from the calls in the conversation.
 //

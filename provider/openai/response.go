@@ -36,7 +36,9 @@ func response(content, refusal string, calls []turn.ToolCall, finish string, u s
 	r := turn.ModelResponse{
 		Text:   content,
 		Finish: turn.FinishReason(finish),
-		Usage:  turn.Usage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens},
+		Usage: turn.Usage{InputTokens: u.PromptTokens, OutputTokens: u.CompletionTokens,
+			CacheReadTokens: u.PromptTokensDetails.CachedTokens, CacheWriteTokens: u.PromptTokensDetails.CacheWriteTokens,
+			ReasoningTokens: u.CompletionTokensDetails.ReasoningTokens},
 	}
 	if r.Text == "" {
 		r.Text = refusal
