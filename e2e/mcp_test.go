@@ -68,3 +68,37 @@ func count(t *testing.T, path, s string) int {
 	}
 	return strings.Count(string(b), s)
 }
+
+// A turn calls the tool of an MCP server over streamable HTTP (a real
+// process of the SDK's server), with its key in _meta; the servers file's
+// header is read from the node's environment (its delivery is
+// mcptool.TestStreamableHTTP's).
+func TestMCPToolsOverHTTP(t *testing.T) {
+	d := newDeployment(t)
+	dir := t.TempDir()
+	calls := filepath.Join(dir, "calls.log")
+	srv := start(t, "mcp-server", "mcp-server", "--http", "127.0.0.1:0", "--journal", filepath.Join(dir, "ledger.jsonl"), "--calls", calls)
+	srv.waitLine("serving streamable HTTP on", 30*time.Second)
+	var url string
+	for _, l := range srv.lines() {
+		if _, u, ok := strings.Cut(l, "serving streamable HTTP on "); ok {
+			url = u
+		}
+	}
+	servers := d.file("mcp.yaml", fmt.Sprintf("- name: web\n  url: %s\n  headers: {X-Team: env:LASH_E2E_TEAM}\n", url))
+	script := "rule append\n  when user contains append\n  when tools = 0\n  call web__ledger_append {\"entry\":\"over http\"}\n\n" +
+		"rule done\n  when user contains append\n  when tools = 1\n  say appended over http\n\ndefault\n  say ok\n"
+	node := startEnv(t, "node-a", []string{"LASH_E2E_TEAM=care"}, "lash-node", "--nats", d.url, "--node-id", "node-a",
+		"--data", filepath.Join(d.dir, "node-a"), "--http", "off", "--log-format", "text",
+		"--script", d.file("agent.script", script), "--mcp-servers", servers)
+	node.waitLine(`tool found" tool=web__ledger_append`, 30*time.Second)
+	d.send("h1", "k1", []byte(`{"text":"append it"}`))
+	tr := d.waitAnswer("h1", "appended over http")
+	got := false
+	for _, m := range tr {
+		got = got || m.Role == "tool" && m.Text == "appended"
+	}
+	if !got || count(t, calls, "ledger_append h1/") != 1 {
+		t.Fatalf("the MCP call over HTTP: %+v", tr)
+	}
+}
