@@ -440,6 +440,16 @@ func (n *Node) Running() int {
 // ID is the node's name.
 func (n *Node) ID() string { return n.opts.nodeID }
 
+// ToolNames are the tools the node offers its turns now, by name.
+func (n *Node) ToolNames() []string {
+	specs := n.opts.tools.Specs()
+	names := make([]string, len(specs))
+	for i, s := range specs {
+		names[i] = s.Name
+	}
+	return names
+}
+
 // Owner is the node's identity as lease holder.
 func (n *Node) Owner() leases.Owner { return n.owner }
 

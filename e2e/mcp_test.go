@@ -101,4 +101,15 @@ func TestMCPToolsOverHTTP(t *testing.T) {
 	if !got || count(t, calls, "ledger_append h1/") != 1 {
 		t.Fatalf("the MCP call over HTTP: %+v", tr)
 	}
+	// lash-admin learns the node's MCP tools: an agent may name one.
+	var ap struct {
+		Agents []struct {
+			Agent   string `json:"agent"`
+			Changed bool   `json:"changed"`
+		} `json:"agents"`
+	}
+	d.admin(&ap, "agents", "apply", "-f", d.file("agent.yaml", "name: clerk\nprovider: openai\nmodel: m\ntools: [web__ledger_append, sleep]\n"))
+	if len(ap.Agents) != 1 || !ap.Agents[0].Changed {
+		t.Fatalf("agents apply: %+v", ap)
+	}
 }

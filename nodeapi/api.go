@@ -163,6 +163,9 @@ type Info struct {
 	Running int `json:"sessions_running"`
 	// Applied is the last SESSIONS sequence the node's projection folded.
 	Applied uint64 `json:"projection_applied"`
+	// Tools are the tools the node offers its turns now: built-ins, those
+	// served over NATS and by MCP servers, those of Go code linked in.
+	Tools []string `json:"tools,omitempty"`
 	// Refused lists the newest requests the node refused (at most
 	// MaxRefusals), oldest first: a request/reply message is stored
 	// nowhere, so this is where an operator sees it.

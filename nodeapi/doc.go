@@ -10,7 +10,7 @@
 //	decide  {"session","key","call_id","action","mode","payload"} -> {"seq","duplicate"}
 //	cancel  {"session","key"}                             -> {"seq","duplicate"}
 //	live    {"session","after","limit"}                   -> {"records":[{"seq","event"}],"more","first","last"}
-//	info    {}                                            -> the node: id, incarnation, host, ...
+//	info    {}                                            -> the node: id, incarnation, host, ..., its tools
 //	process_start  {"id","tool","args","external_ref","disposition","wake_session","label"} -> the process
 //	process_status {"id"}                                 -> the process
 //	process_cancel {"id","reason"}                        -> the process, cancel requested

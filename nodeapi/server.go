@@ -461,7 +461,7 @@ func (s *Server) info(ctx context.Context, data []byte) (any, error) {
 	s.mu.Unlock()
 	return &Info{Node: s.node.ID(), Incarnation: o.Incarnation, Host: o.Host, PID: o.PID, Version: s.cfg.Version,
 		Prefix: s.prefix, Started: s.started, Uptime: time.Since(s.started).Seconds(),
-		Running: running, Applied: s.proj.Applied(), Refused: refused}, nil
+		Running: running, Applied: s.proj.Applied(), Tools: s.node.ToolNames(), Refused: refused}, nil
 }
 
 // refuse keeps a refused request where info shows it.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lash-run/lash/agents"
+	"github.com/lash-run/lash/nodeapi"
 	"github.com/lash-run/lash/tools/builtin"
 	"github.com/lash-run/lash/tools/natstool"
 )
@@ -33,9 +34,9 @@ var agentsApplyCmd = &command{
 	doc: `Reads agent definitions (YAML, several separated by ---, or JSON) from --file (- for
 stdin), checks every one, then stores each as its agent's next revision on the AGENTS
 stream (<prefix>.agent.<name>). A definition the agent already has changes nothing. If
-any definition is invalid, nothing is written. Tools must be built-ins or served over
-NATS now (--allow-unknown-tools takes others: tools of Go code linked into the nodes,
-or a tool server not running yet).`,
+any definition is invalid, nothing is written. Tools must be built-ins, served over
+NATS now, or offered by a running node (its MCP servers' tools, Go tools linked into it);
+--allow-unknown-tools takes others (a tool server not running yet).`,
 	flags: func(a *app, fs *flag.FlagSet) {
 		fs.StringVar(&a.agent.file, "f", "", "the definition `file` (- for stdin)")
 		fs.StringVar(&a.agent.file, "file", "", "the definition `file` (- for stdin)")
@@ -196,6 +197,14 @@ func (a *app) knownTools() (func(string) bool, error) {
 	}
 	for _, t := range served {
 		have[t.Spec().Name] = true
+	}
+	// And what the running nodes offer: MCP servers' tools and Go tools
+	// linked into them. No node running is no more to learn.
+	infos, _ := nodeapi.NewClient(a.nc, a.client.Config().Prefix).Nodes(a.ctx)
+	for _, info := range infos {
+		for _, name := range info.Tools {
+			have[name] = true
+		}
 	}
 	return func(tool string) bool { return have[tool] }, nil
 }
