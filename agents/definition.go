@@ -204,10 +204,9 @@ func CheckName(name string) error {
 	if name == "" || len(name) > MaxNameBytes {
 		return fmt.Errorf("%w: agent name %q: 1 to %d bytes", ErrInvalid, clip(name), MaxNameBytes)
 	}
-	for i := 0; i < len(name); i++ {
-		if c := name[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
-			return fmt.Errorf("%w: agent name %q has %q at byte %d; use letters, digits, '_' or '-'", ErrInvalid, clip(name), c, i)
-		}
+	// The rule of tool names, which is the rule of a plain subject token.
+	if err := tools.CheckName(name); err != nil {
+		return fmt.Errorf("%w: agent name: %v", ErrInvalid, strings.TrimPrefix(err.Error(), tools.ErrInvalidName.Error()+": "))
 	}
 	return nil
 }
@@ -264,9 +263,6 @@ func (d *Definition) Version() string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
 }
-
-// Uses reports whether the agent may call tool.
-func (d *Definition) Uses(tool string) bool { return slices.Contains(d.Tools, tool) }
 
 func clip(s string) string {
 	if len(s) <= 64 {

@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"net"
@@ -119,4 +120,18 @@ func ShouldRetry(e *Error, raw *http.Response) *Error {
 		e.Retryable = false
 	}
 	return e
+}
+
+// CheckLimits reports what is wrong with a provider's call limits, as its
+// Config.Validate words it.
+func CheckLimits(timeout time.Duration, maxRetries int, maxResponseBytes int64) error {
+	switch {
+	case timeout < 0:
+		return fmt.Errorf("negative Timeout %v", timeout)
+	case maxRetries < 0:
+		return fmt.Errorf("negative MaxRetries %d", maxRetries)
+	case maxResponseBytes < 0:
+		return fmt.Errorf("negative MaxResponseBytes %d", maxResponseBytes)
+	}
+	return nil
 }

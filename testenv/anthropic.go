@@ -2,8 +2,6 @@ package testenv
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -35,10 +33,7 @@ func (s *ModelServer) anthropicMessages(w http.ResponseWriter, r *http.Request) 
 	var ar anthropicRequest
 	req, err := ar.read(body)
 	if err != nil {
-		sum := sha256.Sum256(body)
-		rec.Hash, rec.Summary = hex.EncodeToString(sum[:]), "invalid: "+err.Error()
-		s.record(rec)
-		writeAnthropicError(w, http.StatusBadRequest, "", err.Error())
+		s.reject(w, rec, "", err.Error(), writeAnthropicError)
 		return
 	}
 	rec.Hash, rec.Stream, rec.Request = canonicalHash(body), ar.Stream, req

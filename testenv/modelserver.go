@@ -220,11 +220,17 @@ func (s *ModelServer) reply(w http.ResponseWriter, r *http.Request, rec RequestR
 // rejectInvalid records a request that could not be read, under the hash
 // of its raw body, and answers 400.
 func (s *ModelServer) rejectInvalid(w http.ResponseWriter, rec RequestRecord, code, msg string) {
+	s.reject(w, rec, code, msg, writeError)
+}
+
+// reject is rejectInvalid in the error body of the API asked, which fail
+// writes.
+func (s *ModelServer) reject(w http.ResponseWriter, rec RequestRecord, code, msg string, fail func(w http.ResponseWriter, status int, code, msg string)) {
 	sum := sha256.Sum256(rec.Body)
 	rec.Hash = hex.EncodeToString(sum[:])
 	rec.Summary = "invalid: " + msg
 	s.record(rec)
-	writeError(w, http.StatusBadRequest, code, msg)
+	fail(w, http.StatusBadRequest, code, msg)
 }
 
 // wait blocks until done fires (reporting true) or the client disconnects

@@ -66,14 +66,10 @@ type Config struct {
 
 // Validate checks the config; its errors wrap ErrInvalidConfig.
 func (c Config) Validate() error {
-	switch {
-	case c.Timeout < 0:
-		return fmt.Errorf("%w: negative Timeout %v", ErrInvalidConfig, c.Timeout)
-	case c.MaxRetries < 0:
-		return fmt.Errorf("%w: negative MaxRetries %d", ErrInvalidConfig, c.MaxRetries)
-	case c.MaxResponseBytes < 0:
-		return fmt.Errorf("%w: negative MaxResponseBytes %d", ErrInvalidConfig, c.MaxResponseBytes)
-	case c.MaxTokens < 0:
+	if err := provider.CheckLimits(c.Timeout, c.MaxRetries, c.MaxResponseBytes); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	if c.MaxTokens < 0 {
 		return fmt.Errorf("%w: negative MaxTokens %d", ErrInvalidConfig, c.MaxTokens)
 	}
 	return nil
