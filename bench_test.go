@@ -216,3 +216,15 @@ func BenchmarkBoot(b *testing.B) {
 	b.ReportMetric(rs[0].Ratio, "x-boot-vs-1000")
 	b.ReportMetric(rs[1].Ratio, "x-heap-vs-1000")
 }
+
+// BenchmarkAgentTurn: a turn under a named agent against one under the
+// default agent (issue 32: within 1.05x).
+func BenchmarkAgentTurn(b *testing.B) {
+	modes(b, func(b *testing.B, e *bench.Env, f bench.Floor) {
+		r, err := bench.AgentTurn(b.Context(), e, max(b.N, 20))
+		if err != nil {
+			b.Fatal(err)
+		}
+		report(b, r)
+	})
+}

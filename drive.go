@@ -12,6 +12,7 @@ import (
 	"github.com/lash-run/lash/effectlog"
 	"github.com/lash-run/lash/live"
 	"github.com/lash-run/lash/sessionlog"
+	"github.com/lash-run/lash/tools"
 	"github.com/lash-run/lash/turn"
 	"go.opentelemetry.io/otel/codes"
 )
@@ -20,6 +21,7 @@ import (
 // was recorded, and performed and recorded otherwise.
 type drive struct {
 	s        *Session
+	p        *profile
 	turn     string
 	executed int
 	replayed int
@@ -82,7 +84,7 @@ func (d *drive) lookup(key turn.ReplayKey, hash turn.Hash) (*effectlog.Record, e
 func (d *drive) run(ctx context.Context, st *state, in Input, recs []*effectlog.Record) (turn.Outcome, error) {
 	n := d.s.n
 	frame := st.framed()
-	m, err := turn.New(n.opts.machine, turn.Start{Session: d.s.id, Turn: d.turn,
+	m, err := turn.New(d.p.config, turn.Start{Session: d.s.id, Turn: d.turn,
 		History: frame[1:], Frame: frame, HistoryDigest: &st.digest, Suspended: st.suspended, Input: in.toTurn()})
 	if err != nil {
 		return turn.Outcome{}, terminal(FailInvalidResult, err)
@@ -232,7 +234,7 @@ func (d *drive) effect(ctx context.Context, e turn.Effect) (turn.Result, error) 
 	// call less), at the price of calling them in doubt should a run stop
 	// between this record and their start.
 	intends := a.Response != nil && len(a.Response.ToolCalls) > 0
-	rec, won, err := n.journal.Record(ctx, h.Key, h.Hash, effectlog.Outcome{Data: data, Intends: intends})
+	rec, won, err := d.p.journal.Record(ctx, h.Key, h.Hash, effectlog.Outcome{Data: data, Intends: intends})
 	if err != nil {
 		return nil, err
 	}
@@ -324,7 +326,7 @@ func (d *drive) perform(ctx context.Context, e turn.Effect) (*answer, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &answer{Tools: specs}, nil
+		return &answer{Tools: d.p.offer(specs)}, nil
 	case *turn.LLMCall:
 		ectx, done := d.interrupt.begin(ctx)
 		// Streamed: watchers see the answer as it comes. Only an executed
@@ -335,7 +337,7 @@ func (d *drive) perform(ctx context.Context, e turn.Effect) (*answer, error) {
 			defer deltas.flush()
 			onDelta = deltas.add
 		}
-		resp, err := n.opts.model.Complete(ectx, e.Request, onDelta)
+		resp, err := d.p.model.Complete(ectx, e.Request, onDelta)
 		stop := done()
 		if stop != nil {
 			return stop, nil // cancelled by an input: the partial answer is dropped
@@ -607,7 +609,7 @@ func (d *drive) recordCall(ctx context.Context, pc turn.PendingCall, a *answer) 
 	if err != nil {
 		return nil, false, err
 	}
-	rec, won, err := n.journal.Record(ctx, pc.Key, pc.Hash, effectlog.Outcome{Data: data})
+	rec, won, err := d.p.journal.Record(ctx, pc.Key, pc.Hash, effectlog.Outcome{Data: data})
 	if err != nil {
 		return nil, false, err
 	}
@@ -660,7 +662,7 @@ func (d *drive) toolCall(ctx, ectx context.Context, pc turn.PendingCall, cause i
 		attempt = 2
 	}
 	if cause == causeNone {
-		if err := n.journal.Started(ctx, pc.Key, attempt); err != nil {
+		if err := d.p.journal.Started(ctx, pc.Key, attempt); err != nil {
 			return nil, false, err
 		}
 	}
@@ -671,7 +673,11 @@ func (d *drive) toolCall(ctx, ectx context.Context, pc turn.PendingCall, cause i
 	sctx, span := d.effectSpan(ectx, turn.KindToolCall, pc.Key.Effect)
 	span.SetAttributes(attrCall.String(pc.Call.ID), attrTool.String(pc.Call.Name), attrReplayed.Bool(false),
 		attrAttempt.Int(attempt), attrInDoubt.Bool(inDoubt))
-	res, err := n.runner.Invoke(n.toolContext(sctx), pc, attempt, inDoubt)
+	tctx := n.toolContext(sctx)
+	if d.p.allow != nil {
+		tctx = tools.WithOffered(tctx, d.p.Tools)
+	}
+	res, err := n.runner.Invoke(tctx, pc, attempt, inDoubt)
 	if err == nil && res.Status == turn.ToolError {
 		span.SetStatus(codes.Error, "the tool failed")
 	}

@@ -155,6 +155,7 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 	var f *failure
 	var recorded []*effectlog.Record
 	var pos sessionlog.Position
+	var b binding
 	for try := 0; ; try++ {
 		if try > 0 && st.rev > 0 {
 			// The log moved under the state: if the session was deleted
@@ -187,14 +188,25 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 			// Nothing to run: no fence, so idle runs cost no attempt.
 			return nil, st.cursor, err
 		}
+		if b, err = s.bind(ctx, st, next); err != nil {
+			return nil, st.cursor, err
+		}
 		f, recorded = nil, nil
-		if !st.fresh(n.settings.fingerprint[:]) {
-			// Only a turn some run began can have a journal.
-			if f, recorded, err = s.checkSettings(ctx, next); err != nil {
+		if !st.fresh(b.p.fingerprint[:]) {
+			// Only a turn some run began can have a journal; what it
+			// recorded says which settings the turn runs under.
+			var p *profile
+			if p, f, recorded, err = s.checkSettings(ctx, next, b.p); err != nil {
 				return nil, st.cursor, err
 			}
+			if p != nil {
+				b.p, b.fail = p, nil
+			}
 		}
-		pos, err = n.log.FenceAfter(ctx, s.id, lease.Token, n.runName, st.rev, st.newest, st.setAside...)
+		if f == nil {
+			f = b.fail
+		}
+		pos, err = b.p.log.FenceAfter(ctx, s.id, lease.Token, n.runName, st.rev, st.newest, st.setAside...)
 		if err == nil {
 			st.setAside = nil
 			break
@@ -208,7 +220,7 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 		// Written since st.rev (by an older holder, or another node since
 		// this one kept the state): read it and decide again.
 	}
-	attempt, fresh := st.attempts+1, st.fresh(n.settings.fingerprint[:])
+	attempt, fresh := st.attempts+1, st.fresh(b.p.fingerprint[:])
 	if attempt > 1 {
 		n.opts.logger.Info("taking over a turn other runs began", "session", s.id, "turn", turnID(next.Seq), "attempt", attempt,
 			"runs", st.runs)
@@ -220,7 +232,7 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 		// This run still marks that it began the turn, or a crash in it
 		// would leave the turn looking fresh.
 		var err error
-		if pos, err = n.log.Refence(ctx, pos, n.runName); err != nil {
+		if pos, err = b.p.log.Refence(ctx, pos, n.runName); err != nil {
 			return nil, st.cursor, err
 		}
 	}
@@ -232,12 +244,16 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 	for next != nil {
 		var err error
 		use, in, take := screen(st, nil, *next, true, n.vouched)
+		if take && b.refuse != "" {
+			use.Refused, take = b.refuse, false
+		}
 		if !take {
-			if pos, err = s.consume(ctx, pos, st, use); err != nil {
+			if pos, err = s.consume(ctx, b.p, pos, st, use); err != nil {
 				return results, st.cursor, err
 			}
 		} else {
-			t := &turnRun{input: next, in: in, use: use, attempt: attempt, failure: f, recorded: recorded, fresh: fresh}
+			t := &turnRun{input: next, in: in, use: use, attempt: attempt, failure: f, recorded: recorded, fresh: fresh,
+				p: b.p, agent: b.spec}
 			r, err := s.runTurn(ctx, pos, st, t)
 			if err != nil {
 				return results, st.cursor, err
@@ -248,13 +264,16 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 		if next, err = s.nextInput(ctx, st.cursor); err != nil || next == nil {
 			return results, st.cursor, err
 		}
+		if b, err = s.bind(ctx, st, next); err != nil {
+			return results, st.cursor, err
+		}
 		// Going on: the fence says a run began the next turn, so that
 		// whoever runs it after a crash reads what this run recorded.
-		if pos, err = n.log.Refence(ctx, pos, n.runName); err != nil {
+		if pos, err = b.p.log.Refence(ctx, pos, n.runName); err != nil {
 			return results, st.cursor, err
 		}
 		st.fenced(pos.Seq(), pos.Token(), n.runName)
-		attempt, f, recorded, fresh = 1, nil, nil, true
+		attempt, f, recorded, fresh = 1, b.fail, nil, true
 	}
 	return results, st.cursor, nil
 }
@@ -273,56 +292,60 @@ func (s *Session) nextInput(ctx context.Context, cursor uint64) (*sessionlog.Inp
 }
 
 // checkSettings looks at the journal of a turn some run began: a turn
-// begun under other settings is left to a live node that runs them (its
-// replay asks what was recorded); with none alive it can never finish and
-// is failed. It returns the records it read, for the turn to use.
-func (s *Session) checkSettings(ctx context.Context, next *sessionlog.Input) (*failure, []*effectlog.Record, error) {
+// runs to its commit under the settings it began with (an agent's version
+// updated since included), here when this node can run them (the profile
+// it returns, when not want). Otherwise it is left to a live node that
+// runs them (its replay asks what was recorded); with none alive it can
+// never finish and is failed. It returns the records it read, for the
+// turn to use.
+func (s *Session) checkSettings(ctx context.Context, next *sessionlog.Input, want *profile) (*profile, *failure, []*effectlog.Record, error) {
 	n := s.n
 	recs, err := n.journal.Load(ctx, s.id, turnID(next.Seq))
 	if err != nil {
 		if f, ok := asFailure(err); ok {
-			return f, nil, nil
+			return nil, f, nil, nil
 		}
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var other []byte
 	for _, r := range recs {
-		if len(r.Settings) != 0 && !bytes.Equal(r.Settings, n.settings.fingerprint[:]) {
+		if len(r.Settings) != 0 && !bytes.Equal(r.Settings, want.fingerprint[:]) {
 			other = r.Settings
 			break
 		}
 	}
 	if other == nil {
-		return nil, recs, nil
+		return nil, nil, recs, nil
 	}
-	nodes, err := n.leases.Nodes(ctx)
-	if err != nil {
-		return nil, nil, err
+	p, set, err := n.profileByFingerprint(ctx, other)
+	switch {
+	case errors.Is(err, streams.ErrNotFound) || errors.Is(err, ErrBadInput):
+		set = &Settings{} // settings no node stored: none runs them
+	case err != nil:
+		return nil, nil, nil, err
+	case p != nil:
+		return p, nil, recs, nil
 	}
-	want := hex.EncodeToString(other)
-	for _, h := range nodes {
-		if h.Owner.Settings == want {
-			n.observe(Event{Kind: EventSettingsMismatch, Session: s.id, Turn: turnID(next.Seq)})
-			return nil, nil, fmt.Errorf("%w: turn %s of session %s began under settings %s, which node %s runs; this node runs %s",
-				ErrSettingsMismatch, turnID(next.Seq), s.id, want[:12], h.Owner.ID, n.settings.short())
-		}
+	if err := s.leaveTo(ctx, *set, other, next); err != nil {
+		return nil, nil, nil, err
 	}
-	return &failure{code: FailSettingsChanged, err: fmt.Errorf("the turn began under turn settings %s, which no live node runs; this node runs %s",
-		want[:12], n.settings.short())}, nil, nil
+	fp := hex.EncodeToString(other)
+	return nil, &failure{code: FailSettingsChanged, err: fmt.Errorf("the turn began under turn settings %s, which no live node runs; this node runs %s",
+		fp[:12], n.settings.short())}, nil, nil
 }
 
 // consume appends a consume entry for an input that starts no turn.
-func (s *Session) consume(ctx context.Context, pos sessionlog.Position, st *state, use sessionlog.InputUse) (sessionlog.Position, error) {
+func (s *Session) consume(ctx context.Context, p *profile, pos sessionlog.Position, st *state, use sessionlog.InputUse) (sessionlog.Position, error) {
 	n := s.n
 	body := &sessionlog.ConsumeBody{Inputs: []sessionlog.InputUse{use}, InputCursor: use.Seq}
 	data, err := sessionlog.EncodeConsumeBody(body)
 	if err != nil {
 		return pos, err
 	}
-	if pos, err = n.log.Consume(ctx, pos, turnID(use.Seq), data); err != nil {
+	if pos, err = p.log.Consume(ctx, pos, turnID(use.Seq), data); err != nil {
 		return pos, err
 	}
-	st.consumed(pos.Seq(), pos.Token(), n.settings.fingerprint[:], body)
+	st.consumed(pos.Seq(), pos.Token(), p.fingerprint[:], body)
 	if use.Refused != "" {
 		n.opts.logger.Warn("input refused: consumed without a turn", "session", s.id, "seq", use.Seq, "reason", use.Refused)
 		n.observe(Event{Kind: EventInputRefused, Session: s.id, Err: errors.New(use.Refused)})
@@ -343,6 +366,10 @@ type turnRun struct {
 	recorded []*effectlog.Record
 	fresh    bool
 	pos      sessionlog.Position
+	// p is what the turn runs under, and agent the session's agent after
+	// it (binding.spec).
+	p     *profile
+	agent string
 }
 
 // turnID names the turn of an input: stable on every node.
@@ -354,7 +381,7 @@ func (s *Session) runTurn(ctx context.Context, pos sessionlog.Position, st *stat
 	n := s.n
 	id := turnID(t.input.Seq)
 	began := time.Now()
-	d := &drive{s: s, turn: id, cursor: t.input.Seq, inputs: []sessionlog.InputUse{t.use}, fresh: t.fresh}
+	d := &drive{s: s, p: t.p, turn: id, cursor: t.input.Seq, inputs: []sessionlog.InputUse{t.use}, fresh: t.fresh}
 	ctx, span := tracerOf(&n.opts).Start(ctx, "lash.turn", trace.WithAttributes(attrSession.String(s.id), attrTurn.String(id),
 		attrNode.String(n.runName), attrAttempt.Int(t.attempt)))
 	defer func() {
@@ -386,7 +413,7 @@ func (s *Session) runTurn(ctx context.Context, pos sessionlog.Position, st *stat
 			}
 		}
 	}
-	body := &sessionlog.TurnBody{Outcome: out, InputCursor: d.cursor, Inputs: d.inputs}
+	body := &sessionlog.TurnBody{Outcome: out, InputCursor: d.cursor, Inputs: d.inputs, Agent: t.agent}
 	if f != nil {
 		body = failedBody(f, st, t)
 	}
@@ -398,11 +425,11 @@ func (s *Session) runTurn(ctx context.Context, pos sessionlog.Position, st *stat
 	if err := s.boundary("before-commit"); err != nil {
 		return nil, err
 	}
-	pos, err = s.commit(ctx, pos, id, body)
+	pos, err = s.commit(ctx, t.p, pos, id, body)
 	if f == nil && errors.Is(err, blobs.ErrTooLarge) {
 		f = &failure{code: FailTooLarge, err: err}
 		body = failedBody(f, st, t)
-		pos, err = s.commit(ctx, pos, id, body)
+		pos, err = s.commit(ctx, t.p, pos, id, body)
 	}
 	if err != nil {
 		return nil, err
@@ -422,7 +449,7 @@ func (s *Session) runTurn(ctx context.Context, pos sessionlog.Position, st *stat
 	if err := s.boundary("after-commit"); err != nil {
 		return nil, err
 	}
-	st.committed(pos.Seq(), pos.Token(), n.settings.fingerprint[:], body)
+	st.committed(pos.Seq(), pos.Token(), t.p.fingerprint[:], body)
 	s.snapshot(st)
 	s.wakeAfterCommit(ctx, id, body.Outcome.Suspended)
 	return &TurnResult{Turn: id, Seq: pos.Seq(), Cursor: body.InputCursor, Outcome: body.Outcome,
@@ -433,16 +460,16 @@ func (s *Session) runTurn(ctx context.Context, pos sessionlog.Position, st *stat
 // input only, and keeps the session's suspended calls.
 func failedBody(f *failure, st *state, t *turnRun) *sessionlog.TurnBody {
 	return &sessionlog.TurnBody{Outcome: failedOutcome(f, st.suspended), InputCursor: t.input.Seq,
-		Inputs: []sessionlog.InputUse{t.use}}
+		Inputs: []sessionlog.InputUse{t.use}, Agent: t.agent}
 }
 
-func (s *Session) commit(ctx context.Context, pos sessionlog.Position, id string, body *sessionlog.TurnBody) (sessionlog.Position, error) {
+func (s *Session) commit(ctx context.Context, p *profile, pos sessionlog.Position, id string, body *sessionlog.TurnBody) (sessionlog.Position, error) {
 	n := s.n
 	data, err := sessionlog.EncodeTurnBody(body)
 	if err != nil {
 		return pos, err
 	}
-	at, err := n.log.Commit(ctx, pos, id, data)
+	at, err := p.log.Commit(ctx, pos, id, data)
 	if err != nil {
 		var conflict *sessionlog.CommitConflictError
 		if errors.As(err, &conflict) || errors.Is(err, sessionlog.ErrFenced) {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/lash-run/lash/agents"
 	"github.com/lash-run/lash/sessionlog"
 	"github.com/lash-run/lash/streams"
 
@@ -36,6 +37,13 @@ type Input struct {
 	// checkpoint or a wait), cancelling its calls; with no turn running,
 	// the turn it starts ends cancelled at once.
 	Cancel bool `json:"cancel,omitempty"`
+	// Agent binds the session to an agent, with its message: "name" runs
+	// each turn under the agent's current version, "name@N" (or
+	// "name@<version prefix>") pins it to one. Given on the first message
+	// (or any later one of the same agent, to pin or unpin); a session
+	// that names none runs the deployment's default agent, and keeps the
+	// agent it started with.
+	Agent string `json:"agent,omitempty"`
 }
 
 // Decision resumes or cancels one suspended tool call.
@@ -71,6 +79,14 @@ func parseInput(data []byte, decision bool) (Input, error) {
 	}
 	if in.Notice != "" && (in.Text != "" || in.Decides()) {
 		return in, fmt.Errorf("%w: a notice comes alone", ErrBadInput)
+	}
+	if in.Agent != "" {
+		if in.Text == "" {
+			return in, fmt.Errorf("%w: an agent is named with a message", ErrBadInput)
+		}
+		if _, err := agents.CheckRef(in.Agent); err != nil {
+			return in, fmt.Errorf("%w: %v", ErrBadInput, err)
+		}
 	}
 	switch {
 	case decision && in.Text != "":

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lash-run/lash/agents"
 	"github.com/lash-run/lash/blobs"
 	"github.com/lash-run/lash/effectlog"
 	"github.com/lash-run/lash/leases"
@@ -39,6 +40,7 @@ type Option func(*options)
 type options struct {
 	// noStreaming: ask models for whole answers (WithStreaming(false)).
 	noStreaming bool
+	providers   map[string]Model
 	tracer      trace.Tracer
 	conn        *nats.Conn
 	storeDir    string
@@ -165,8 +167,14 @@ type Node struct {
 	agentsMu sync.Mutex
 	agents   map[string]*processes.Process
 	settings nodeSettings
-	health   health
-	states   *states
+	// def is the profile of the node's own settings; profiles those of
+	// the agent versions it ran.
+	def      *profile
+	profiles profiles
+	// bg ends when the node closes: background loops run under it.
+	bg     context.Context
+	health health
+	states *states
 	// gone follows deletion marks: a deleted session's kept state is
 	// dropped at once, not when the cache would evict it.
 	gone *nats.Subscription
@@ -267,10 +275,17 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 	n.log = sessionlog.New(c, sessionlog.WithBlobs(turnBlobs(n.blobs)), sessionlog.WithSettings(fp))
 	n.owner = leases.LocalOwner(o.nodeID)
 	n.owner.Settings = n.settings.hex()
+	n.owner.Providers = providerList(o.providers, "")
 	// Journal records and fences name the node and its incarnation, so an
 	// operator tells what a restarted node replayed from what it ran.
 	n.runName = o.nodeID + "/" + n.owner.Incarnation
 	n.journal = effectlog.New(c, effectlog.WithRecorder(n.runName), effectlog.WithBlobs(n.blobs), effectlog.WithSettings(fp))
+	if n.def, err = n.newProfile(n.settings, o.model); err != nil {
+		n.closeConn()
+		return nil, err
+	}
+	n.profiles = profiles{byVer: map[string]*profile{}, byFP: map[[32]byte]*profile{}, pinned: map[string]*agents.Record{},
+		index: agents.NewIndex(agents.New(c, o.nodeID))}
 	var ls leases.Store = c
 	if o.leaseStore != nil {
 		ls = o.leaseStore(c)
@@ -291,7 +306,7 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 	}
 	n.trusted = n.leases.TrustedUntil(beganBeat, o.leaseTTL)
 	bctx, stop := context.WithCancel(context.Background())
-	n.stop = stop
+	n.stop, n.bg = stop, bctx
 	if o.projection != "" {
 		p, err := OpenProjection(o.projection, c)
 		if err != nil {

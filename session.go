@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/lash-run/lash/agents"
 	"github.com/lash-run/lash/blobs"
 	"github.com/lash-run/lash/sessionlog"
 	"github.com/lash-run/lash/streams"
@@ -66,6 +67,15 @@ func (s *Session) Send(ctx context.Context, key string, in Input) (seq uint64, d
 				return 0, false, &KeyConflictError{Session: s.id, Key: key, Seq: first.Seq}
 			}
 			return first.Seq, true, nil
+		}
+	}
+	if in.Agent != "" {
+		// Named agents are checked before the append: a name with no
+		// agent behind it writes nothing.
+		if _, err := n.lookupAgent(ctx, in.Agent); errors.Is(err, agents.ErrNotFound) {
+			return 0, false, fmt.Errorf("%w: no agent %s on the deployment (lash-admin agents ls)", ErrBadInput, in.Agent)
+		} else if err != nil {
+			return 0, false, err
 		}
 	}
 	if len(in.Decisions) > 0 {
@@ -183,6 +193,9 @@ type state struct {
 	// lastSettings is the settings fingerprint of the last commit or
 	// consume.
 	lastSettings []byte
+	// agent is the agent the session is bound to ("name" or "name@N");
+	// empty for the deployment's default.
+	agent string
 	// since counts the entries folded since the last snapshot.
 	since int
 	// size is about what history (and its encoding for snapshots) and the
@@ -335,6 +348,7 @@ func (st *state) committed(seq, token uint64, settings []byte, b *sessionlog.Tur
 		return
 	}
 	st.turns++
+	st.agent = b.Agent
 	st.extend(b.Outcome.Messages)
 	st.size += messageBytes(b.Outcome.Messages)
 	st.digest = st.digest.Extend(b.Outcome.Messages...)

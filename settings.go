@@ -42,6 +42,14 @@ type Settings struct {
 	Hashing int `json:"hashing,omitempty"`
 	// Journal is how the driver journals a turn (JournalVersion).
 	Journal int `json:"journal,omitempty"`
+	// Agent, Version, Provider and Tools are set for an agent's turns
+	// (ADR 0038): the agent's name and version, the provider its model is
+	// on, and the only tools its turns are offered (none when empty).
+	// Without an agent the node's model and every tool it has.
+	Agent    string   `json:"agent,omitempty"`
+	Version  string   `json:"version,omitempty"`
+	Provider string   `json:"provider,omitempty"`
+	Tools    []string `json:"tools,omitempty"`
 }
 
 // WithSettingsLabel names the code behind the machine's hooks and backoff,

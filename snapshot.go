@@ -38,6 +38,7 @@ type stateSnapshot struct {
 	Keys      []keySnapshot        `msgpack:"keys"`
 	Attempts  int                  `msgpack:"att"`
 	Settings  []byte               `msgpack:"set,omitempty"`
+	Agent     string               `msgpack:"agent,omitempty"`
 }
 
 type snapshotOut struct {
@@ -52,6 +53,7 @@ type snapshotOut struct {
 	Keys      msgpack.RawMessage   `msgpack:"keys"`
 	Attempts  int                  `msgpack:"att"`
 	Settings  []byte               `msgpack:"set,omitempty"`
+	Agent     string               `msgpack:"agent,omitempty"`
 	// msgs and keys count the elements of History and Keys.
 	msgs, keys int
 }
@@ -103,7 +105,7 @@ func takeState(st *state) (*snapshotOut, error) {
 	return &snapshotOut{Rev: st.rev, Newest: st.newest, History: hist[:len(hist):len(hist)], Digest: st.digest,
 		Suspended: st.suspended, Cursor: st.cursor, Turns: st.turns, Usage: st.usage,
 		Keys: keys[:len(keys):len(keys)], Attempts: st.attempts, Settings: st.lastSettings,
-		msgs: st.enc.n, keys: st.enc.nkeys}, nil
+		Agent: st.agent, msgs: st.enc.n, keys: st.enc.nkeys}, nil
 }
 
 // appendEncoded appends the msgpack encoding of each of vs to b.
@@ -151,7 +153,7 @@ func decodeState(id string, data []byte) (*state, error) {
 	// folded from the log.
 	st.settled = ss.Rev
 	st.size = messageBytes(st.history)
-	st.lastSettings = ss.Settings
+	st.lastSettings, st.agent = ss.Settings, ss.Agent
 	for _, k := range ss.Keys {
 		st.keys[k.Key] = keyUse{seq: k.Seq, hash: k.Hash}
 		st.size += keyBytes(k.Key)

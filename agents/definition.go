@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -209,6 +210,26 @@ func CheckName(name string) error {
 		return fmt.Errorf("%w: agent name: %v", ErrInvalid, strings.TrimPrefix(err.Error(), tools.ErrInvalidName.Error()+": "))
 	}
 	return nil
+}
+
+// CheckRef reports why ref cannot name an agent or one of its revisions:
+// "name", "name@N" (N from 1) or "name@<version prefix>" (8 to 64 hex
+// digits). It returns the agent's name.
+func CheckRef(ref string) (string, error) {
+	name, rev, pinned := strings.Cut(ref, "@")
+	if err := CheckName(name); err != nil {
+		return name, err
+	}
+	if !pinned {
+		return name, nil
+	}
+	if n, err := strconv.Atoi(rev); err == nil && n > 0 && len(rev) <= 10 {
+		return name, nil
+	}
+	if len(rev) < 8 || len(rev) > 64 || strings.Trim(rev, "0123456789abcdef") != "" {
+		return name, fmt.Errorf("%w: %q: after @ a revision number or 8 to 64 hex digits of a version", ErrInvalid, clip(ref))
+	}
+	return name, nil
 }
 
 func labelKey(k string) error {

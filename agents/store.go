@@ -212,6 +212,9 @@ func (a *Agents) History(ctx context.Context, name string) ([]*Record, error) {
 // Resolve returns the revision ref names: "name", "name@N" or
 // "name@<version prefix>".
 func (a *Agents) Resolve(ctx context.Context, ref string) (*Record, error) {
+	if _, err := CheckRef(ref); err != nil {
+		return nil, err
+	}
 	name, rev, pinned := strings.Cut(ref, "@")
 	if !pinned {
 		return a.Get(ctx, name)
@@ -221,9 +224,6 @@ func (a *Agents) Resolve(ctx context.Context, ref string) (*Record, error) {
 		return nil, err
 	}
 	n, nerr := strconv.Atoi(rev)
-	if nerr != nil && (len(rev) < 8 || strings.Trim(rev, "0123456789abcdef") != "") {
-		return nil, fmt.Errorf("%w: %q: after @ a revision number or at least 8 hex digits of a version", ErrInvalid, clip(ref))
-	}
 	var found *Record
 	for _, r := range h {
 		if r.Deleted {

@@ -79,6 +79,14 @@ func WithBlobs(b *blobs.Store) Option { return func(j *Journal) { j.blobs = b } 
 // settings, so a node tells a turn begun under other settings.
 func WithSettings(fingerprint []byte) Option { return func(j *Journal) { j.settings = fingerprint } }
 
+// Stamped is j stamping its records with the fingerprint of other turn
+// settings: one node runs turns under several (one per agent version).
+func (j *Journal) Stamped(fingerprint []byte) *Journal {
+	c := *j
+	c.settings = fingerprint
+	return &c
+}
+
 // New returns a journal over s.
 func New(s Store, opts ...Option) *Journal {
 	j := &Journal{s: s, now: time.Now}

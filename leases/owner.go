@@ -19,6 +19,10 @@ type Owner struct {
 	// Settings is the fingerprint of the turn settings the node runs, so
 	// a node tells which live nodes can replay a turn it cannot.
 	Settings string `msgpack:"s,omitempty"`
+	// Providers are the model providers the node runs agents on, comma
+	// separated, so a node tells whether a live node can run an agent it
+	// cannot.
+	Providers string `msgpack:"m,omitempty"`
 }
 
 // LocalOwner describes this process as node id, with a fresh incarnation.

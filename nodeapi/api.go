@@ -50,6 +50,9 @@ type SubmitRequest struct {
 	Text      string          `json:"text,omitempty"`
 	Decisions []lash.Decision `json:"decisions,omitempty"`
 	Cancel    bool            `json:"cancel,omitempty"`
+	// Agent binds the session to an agent with its message (lash.Input's
+	// agent): "name", or "name@N" to pin a version.
+	Agent string `json:"agent,omitempty"`
 }
 
 func (r *SubmitRequest) missing() []string {
@@ -61,7 +64,7 @@ func (r *SubmitRequest) missing() []string {
 }
 
 func (r *SubmitRequest) input() lash.Input {
-	return lash.Input{Text: r.Text, Decisions: r.Decisions, Cancel: r.Cancel}
+	return lash.Input{Text: r.Text, Decisions: r.Decisions, Cancel: r.Cancel, Agent: r.Agent}
 }
 
 // Accepted answers submit, decide and cancel: the input's sequence on the

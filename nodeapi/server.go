@@ -103,7 +103,7 @@ func Start(node *lash.Node, cfg Config) (*Server, error) {
 		handle        func(context.Context, []byte) (any, error)
 		opts          []micro.EndpointOpt
 	}{
-		{EndpointSubmit, `{"session","key","text","decisions","cancel"}`, s.submit, nil},
+		{EndpointSubmit, `{"session","key","text","decisions","cancel","agent"}`, s.submit, nil},
 		{EndpointStatus, `{"session"}`, s.status, nil},
 		{EndpointDecide, `{"session","key","call_id","action","mode","payload"}`, s.decide, nil},
 		{EndpointCancel, `{"session","key"}`, s.cancel, nil},

@@ -17,6 +17,9 @@ type TurnBody struct {
 	// recognised for as long as the log lasts, not only within JetStream's
 	// dedupe window.
 	Inputs []InputUse `msgpack:"i,omitempty"`
+	// Agent is the agent the session is bound to after the turn ("name",
+	// or "name@N" when pinned); empty for the deployment's default agent.
+	Agent string `msgpack:"a,omitempty"`
 }
 
 // ConsumeBody is the body of a consume entry: inputs consumed without a
@@ -56,7 +59,7 @@ func EncodeTurnBody(b *TurnBody) ([]byte, error) {
 	for _, m := range o.Messages {
 		size += 16 + len(m.Text)
 	}
-	out := pack.Map(make([]byte, 0, size+64*len(b.Inputs)), 2+pack.Count(len(b.Inputs) > 0))
+	out := pack.Map(make([]byte, 0, size+64*len(b.Inputs)), 2+pack.Count(len(b.Inputs) > 0, b.Agent != ""))
 	out = pack.Map(pack.Str(out, "o"), 6)
 	out = pack.Uint8(pack.Str(out, "Status"), uint8(o.Status))
 	t := o.Termination
@@ -83,6 +86,9 @@ func EncodeTurnBody(b *TurnBody) ([]byte, error) {
 		for i := range b.Inputs {
 			out = b.Inputs[i].append(out)
 		}
+	}
+	if b.Agent != "" {
+		out = pack.Str(pack.Str(out, "a"), b.Agent)
 	}
 	return out, nil
 }

@@ -56,6 +56,8 @@ func TestTurnBodyEncodesAsMsgpack(t *testing.T) {
 		{Outcome: turn.Outcome{Termination: turn.Termination{Code: "x", Detail: strings.Repeat("d", 40)}, Messages: []turn.Message{}, Suspended: []turn.SuspendedCall{}}},
 		{Outcome: turn.Outcome{Suspended: []turn.SuspendedCall{{Call: turn.ToolCall{ID: "c"}, Iteration: 2}}}},
 		{Inputs: make([]InputUse, 17)},
+		{InputCursor: 3, Agent: "support@12"},
+		{Inputs: make([]InputUse, 2), Agent: "a"},
 	} {
 		want, err := msgpack.Marshal(&b)
 		if err != nil {

@@ -86,6 +86,14 @@ func WithBlobs(b *blobs.Store) Option { return func(l *Log) { l.blobs = b } }
 // writer's turn settings (32 bytes).
 func WithSettings(fingerprint []byte) Option { return func(l *Log) { l.settings = fingerprint } }
 
+// Stamped is l stamping its writes with the fingerprint of other turn
+// settings: one node runs turns under several (one per agent version).
+func (l *Log) Stamped(fingerprint []byte) *Log {
+	c := *l
+	c.settings = fingerprint
+	return &c
+}
+
 // New returns a Log over s.
 func New(s Store, opts ...Option) *Log {
 	l := &Log{s: s}

@@ -41,3 +41,19 @@ func Info(ctx context.Context) (CallInfo, bool) {
 	info, ok := ctx.Value(infoKey{}).(CallInfo)
 	return info, ok
 }
+
+type offeredKey struct{}
+
+// WithOffered returns a context saying which tools the calling turn was
+// offered: its agent's allowlist. A tool that hands tools on (spawn_agent)
+// gives none beyond them.
+func WithOffered(ctx context.Context, names []string) context.Context {
+	return context.WithValue(ctx, offeredKey{}, names)
+}
+
+// Offered returns the tools the calling turn was offered, when its agent
+// limits them (ok false: every tool of the node).
+func Offered(ctx context.Context) (names []string, ok bool) {
+	names, ok = ctx.Value(offeredKey{}).([]string)
+	return names, ok
+}

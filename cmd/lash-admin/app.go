@@ -89,6 +89,7 @@ type app struct {
 	// from: watch's cursor; wait and waitTimeout: send --wait.
 	from        uint64
 	wait        bool
+	sendAgent   string
 	waitTimeout time.Duration
 	followFlag  bool // transcript --follow
 	// httpAddr and readOnly: the ui command's flags.

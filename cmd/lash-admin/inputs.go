@@ -28,12 +28,14 @@ message from stdin. Prints the input's sequence, and whether it was a duplicate 
 earlier append with the same --key. With --wait it prints instead the answer of the turn
 that consumes the input once that turn is committed (its last assistant text; the turn,
 its status and how it ended on stderr, or all of it with --json), and fails if the input
-is consumed without a turn or not within --wait-timeout.`,
+is consumed without a turn or not within --wait-timeout. --agent binds the session to an
+agent ("name", or "name@N" to pin revision N) with this message; the agent must exist.`,
 	min: 2, max: 2,
 	flags: func(a *app, fs *flag.FlagSet) {
 		keyFlag(a, fs)
 		fs.BoolVar(&a.wait, "wait", false, "wait for the turn that consumes the input and print its answer")
 		fs.DurationVar(&a.waitTimeout, "wait-timeout", 10*time.Minute, "how long --wait waits")
+		fs.StringVar(&a.sendAgent, "agent", "", "bind the session to the `agent` (name, or name@N to pin a revision) with this message")
 	},
 	check: checkSend,
 	run:   runSend,
@@ -166,6 +168,12 @@ func (a *app) appendChecked(id string) (appendJSON, error) {
 	if err != nil {
 		return appendJSON{}, err
 	}
+	if a.input.Agent != "" {
+		// A name with no agent behind it appends nothing.
+		if _, err := a.agents().Resolve(a.ctx, a.input.Agent); err != nil {
+			return appendJSON{}, fmt.Errorf("--agent: %w", err)
+		}
+	}
 	seq, dup, err := appendTo(a.ctx, id, key, data)
 	if err != nil {
 		return appendJSON{}, err
@@ -184,7 +192,7 @@ func checkSend(a *app, args []string) error {
 		}
 		text = string(b)
 	}
-	return a.checkInput(lash.Input{Text: text})
+	return a.checkInput(lash.Input{Text: text, Agent: a.sendAgent})
 }
 
 func checkDecide(a *app, args []string) error {

@@ -106,7 +106,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
-	opts := []lash.Option{lash.WithConn(nc), lash.WithStreams(s.streams()), lash.WithModel(s.model), lash.WithSecret(secret), lash.WithStreaming(s.stream),
+	opts := []lash.Option{lash.WithConn(nc), lash.WithStreams(s.streams()), lash.WithModel(s.model), lash.WithProviders(s.providers), lash.WithSecret(secret), lash.WithStreaming(s.stream),
 		lash.WithTools(ts.reg), lash.WithMachine(s.machine.Config()), lash.WithLeaseTTL(s.leaseTTL),
 		lash.WithToolTimeout(s.toolTimeout), lash.WithConcurrency(s.concurrency), lash.WithLogger(log), lash.WithTurnAttempts(s.turnAttempts), lash.WithAgentBudget(s.maxAgents, s.maxAgentsSession),
 		lash.WithProjection(filepath.Join(s.data, "projection")), lash.WithObserver(m.observe)}

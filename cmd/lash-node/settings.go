@@ -73,8 +73,13 @@ type settings struct {
 	secretFile            string
 	embeddedAuth          string
 
-	// Read by check: the provider the settings ask for.
-	model lash.Model
+	// openaiURL and anthropicURL offer a provider to agents.
+	openaiURL, anthropicURL string
+
+	// Read by check: the provider the settings ask for, and those agents
+	// run on.
+	model     lash.Model
+	providers map[string]lash.Model
 }
 
 func newFlagSet(s *settings) *flag.FlagSet {
@@ -88,6 +93,8 @@ func newFlagSet(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.script, "script", "", "scripted model: a script `file` (format: provider/scripted), for offline runs")
 	fs.StringVar(&s.provider, "provider", "openai", "model `API` of --model: openai (Chat Completions and the servers compatible with it; key from "+apiKeyEnv+") or anthropic (the Messages API; key from "+anthropicAPIKeyEnv+")")
 	fs.StringVar(&s.baseURL, "base-url", "", "the provider's API `URL` (default with --model: "+openai.DefaultBaseURL+" for openai, with the /v1 path; "+anthropic.DefaultBaseURL+" for anthropic, without it)")
+	fs.StringVar(&s.openaiURL, "openai-url", "", "offer agents whose provider is openai this API `URL` (default when "+apiKeyEnv+" is set: "+openai.DefaultBaseURL+")")
+	fs.StringVar(&s.anthropicURL, "anthropic-url", "", "offer agents whose provider is anthropic this API `URL` (default when "+anthropicAPIKeyEnv+" is set: "+anthropic.DefaultBaseURL+")")
 	fs.DurationVar(&s.modelTimeout, "model-timeout", 5*time.Minute, "bound on one model call")
 	fs.BoolVar(&s.stream, "stream", true, "stream model answers: pieces go out as live text_delta events while the call runs (false: whole answers)")
 	fs.DurationVar(&s.liveRetention, "live-retention", streams.DefaultLiveRetention, "how long the LIVE stream keeps live events for watchers that reconnect")
@@ -124,7 +131,7 @@ var sections = []cli.Section{
 	{Title: "Settings file", Names: []string{"config"}},
 	{Title: "NATS (default: an embedded server)", Names: []string{"nats", "creds", "user", "password", "tls-cert", "tls-key", "tls-ca", "prefix", "replicas", "inbox-prefix"}},
 	{Title: "Local data and the embedded server", Names: []string{"data", "listen", "embedded-auth"}},
-	{Title: "Model provider (give --script, or --model for an OpenAI-compatible API)", Names: []string{"script", "model", "provider", "base-url", "model-timeout", "stream"}},
+	{Title: "Model provider (give --script, or --model for an OpenAI-compatible API)", Names: []string{"script", "model", "provider", "base-url", "openai-url", "anthropic-url", "model-timeout", "stream"}},
 	{Title: "Turns (every node of a deployment must agree)", Names: []string{"system", "max-iterations", "token-budget", "max-tool-failures", "decision-wait"}},
 	{Title: "Node", Names: []string{"node-id", "concurrency", "lease-ttl", "tool-timeout", "tool-refresh", "mcp-servers", "drain-timeout", "turn-attempts", "max-agents", "max-agents-per-session", "retention", "sweep-every", "secret-file"}},
 	{Title: "Sizes (the deployment's: every node must agree; set when its streams are created)", Names: []string{"max-input", "inline-max", "max-payload"}},
@@ -288,28 +295,56 @@ func (s *settings) checkModel() error {
 		return errNoModel
 	case s.machine.ModelName == "":
 		return fmt.Errorf("%w: --base-url needs --model NAME", cli.ErrUsage)
-	case s.provider == "anthropic":
-		key := os.Getenv(anthropicAPIKeyEnv)
-		if key == "" && s.baseURL == "" {
-			return fmt.Errorf("%w: --provider anthropic needs %s (or --base-url of a server that takes no key)", cli.ErrUsage, anthropicAPIKeyEnv)
-		}
-		c, err := anthropic.New(anthropic.Config{BaseURL: s.baseURL, APIKey: key, Model: s.machine.ModelName,
-			Timeout: s.modelTimeout, MaxResponseBytes: 2 * int64(s.maxPayload)})
-		if err != nil {
-			return fmt.Errorf("%w: %v", cli.ErrUsage, err)
-		}
-		s.model = c
+	case s.provider == "anthropic" && os.Getenv(anthropicAPIKeyEnv) == "" && s.baseURL == "":
+		return fmt.Errorf("%w: --provider anthropic needs %s (or --base-url of a server that takes no key)", cli.ErrUsage, anthropicAPIKeyEnv)
 	default:
-		// The provider's own bound sits above lash's payload ceiling: an
-		// answer over the ceiling is recorded as such, not cut off.
-		c, err := openai.New(openai.Config{BaseURL: s.baseURL, APIKey: os.Getenv(apiKeyEnv), Model: s.machine.ModelName,
-			Timeout: s.modelTimeout, MaxResponseBytes: 2 * int64(s.maxPayload)})
+		m, err := s.newProvider(s.provider, s.baseURL, s.machine.ModelName)
 		if err != nil {
-			return fmt.Errorf("%w: %v", cli.ErrUsage, err)
+			return err
 		}
-		s.model = c
+		s.model = m
+	}
+	return s.checkProviders()
+}
+
+// checkProviders reads the providers agents run on here: the node's own
+// (--provider, not a script), and each one whose URL or key is given.
+func (s *settings) checkProviders() error {
+	s.providers = map[string]lash.Model{}
+	if s.script == "" {
+		s.providers[s.provider] = s.model
+	}
+	for _, p := range []struct{ name, url, keyEnv string }{{"openai", s.openaiURL, apiKeyEnv}, {"anthropic", s.anthropicURL, anthropicAPIKeyEnv}} {
+		if p.url == "" && (s.providers[p.name] != nil || os.Getenv(p.keyEnv) == "") {
+			continue
+		}
+		m, err := s.newProvider(p.name, p.url, "")
+		if err != nil {
+			return err
+		}
+		s.providers[p.name] = m
 	}
 	return nil
+}
+
+// newProvider is a client of the provider name at url (its default when
+// empty), its key from the provider's variable. The provider's own bound
+// sits above lash's payload ceiling: an answer over the ceiling is
+// recorded as such, not cut off.
+func (s *settings) newProvider(name, url, model string) (lash.Model, error) {
+	var m lash.Model
+	var err error
+	if name == "anthropic" {
+		m, err = anthropic.New(anthropic.Config{BaseURL: url, APIKey: os.Getenv(anthropicAPIKeyEnv), Model: model,
+			Timeout: s.modelTimeout, MaxResponseBytes: 2 * int64(s.maxPayload)})
+	} else {
+		m, err = openai.New(openai.Config{BaseURL: url, APIKey: os.Getenv(apiKeyEnv), Model: model,
+			Timeout: s.modelTimeout, MaxResponseBytes: 2 * int64(s.maxPayload)})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s provider: %v", cli.ErrUsage, name, err)
+	}
+	return m, nil
 }
 
 // streams is the deployment's stream configuration the settings ask for.

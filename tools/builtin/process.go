@@ -216,11 +216,14 @@ func ProcessTools(ps Processes, has func(tool string) bool, list Lister, budget 
 			if err != nil {
 				return "", err
 			}
+			offered, limited := tools.Offered(ctx)
 			if parent != nil {
 				depth = parent.Registration.Input.Depth + 1
 				if a.Tools == nil {
 					a.Tools = parent.Registration.Input.Tools // never more than its own
 				}
+			} else if limited && a.Tools == nil {
+				a.Tools = slices.Clone(offered) // an agent's allowlist: never more
 			}
 			if depth > MaxAgentDepth {
 				return "", fmt.Errorf("sub-agents nest at most %d deep", MaxAgentDepth)
@@ -229,7 +232,8 @@ func ProcessTools(ps Processes, has func(tool string) bool, list Lister, budget 
 				if has != nil && !has(t) {
 					return "", fmt.Errorf("no tool %q", t)
 				}
-				if parent != nil && parent.Registration.Input.Tools != nil && !slices.Contains(parent.Registration.Input.Tools, t) {
+				if parent != nil && parent.Registration.Input.Tools != nil && !slices.Contains(parent.Registration.Input.Tools, t) ||
+					parent == nil && limited && !slices.Contains(offered, t) {
 					return "", fmt.Errorf("tool %q is not yours to give", t)
 				}
 			}
