@@ -112,6 +112,9 @@ func Start(node *lash.Node, cfg Config) (*Server, error) {
 		{EndpointProcessStatus, `{"id"}`, s.processStatus, nil},
 		{EndpointProcessCancel, `{"id","reason"}`, s.processCancel, nil},
 		{EndpointProcessAwait, `{"id","timeout_ms"}`, s.processAwait, nil},
+		{EndpointStep, `{"ticket","id","value"}`, s.step, nil},
+		{EndpointEventKey, `{"ticket","name"}`, s.eventKey, nil},
+		{EndpointAwaitEvent, `{"ticket","name","timeout_ms"}`, s.awaitEvent, nil},
 		// Every node answers info, so a client can list them all.
 		{EndpointInfo, `{}`, s.info, []micro.EndpointOpt{micro.WithEndpointQueueGroupDisabled()}},
 	}

@@ -47,6 +47,25 @@ var (
 	ErrEventRevoked   = errors.New("tools: event key revoked")
 )
 
+// CallTicket is the credential a tool served outside the node (over NATS)
+// uses to do its call's durable work through the node API: the node signs
+// it for the call, and the node API writes and reads only that call's
+// steps and events with it. It fails where there is no durable context or
+// no deployment secret.
+func CallTicket(ctx context.Context) (string, error) {
+	d, err := durableOf(ctx)
+	if err != nil {
+		return "", err
+	}
+	t, ok := d.(interface {
+		CallTicket(context.Context) (string, error)
+	})
+	if !ok {
+		return "", ErrNoDurable
+	}
+	return t.CallTicket(ctx)
+}
+
 func durableOf(ctx context.Context) (Durable, error) {
 	d, ok := ctx.Value(durableKey{}).(Durable)
 	if !ok {

@@ -1,7 +1,10 @@
-// Command tool-server serves one lash tool over NATS, ledger_append, which
-// appends an entry to a ledger file at most once per idempotency key: a
-// retried call, in doubt after a worker died, finds its key in the file and
-// does not append again.
+// Command tool-server serves lash tools over NATS. ledger_append appends an
+// entry to a ledger file at most once per idempotency key: a retried call,
+// in doubt after a worker died, finds its key in the file and does not
+// append again. ledger_propose does durable work through the node API, as
+// a tool in any language can: it reserves the entry in a step (recorded
+// once, whatever runs again), mints an event key for a human's approval,
+// parks the call on it, and appends once the key's value comes.
 //
 // It prints one line per invocation on stdout. The first SIGINT or SIGTERM
 // drains the connection (a running call finishes and is answered); a second
@@ -23,6 +26,7 @@ import (
 	"time"
 
 	"github.com/lash-run/lash/internal/ledger"
+	"github.com/lash-run/lash/nodeapi"
 	"github.com/lash-run/lash/tools/natstool"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -73,6 +77,13 @@ func run(ctx context.Context, unhook func(), args []string, stdout, stderr io.Wr
 		Schema:      json.RawMessage(schema),
 		Handle: func(ctx context.Context, req natstool.Request) (string, error) {
 			return appendEntry(ctx, l, *delay, req, stdout)
+		},
+	}, natstool.Served{
+		Name:        "ledger_propose",
+		Description: "Propose an entry: it is appended once a person approves it.",
+		Schema:      json.RawMessage(schema),
+		Handle: func(ctx context.Context, req natstool.Request) (string, error) {
+			return propose(ctx, nodeapi.NewClient(nc, *prefix), l, req, stdout)
 		},
 	})
 	if err != nil {
@@ -128,6 +139,55 @@ func appendEntry(ctx context.Context, l *ledger.Ledger, delay time.Duration, req
 	default:
 		return "already appended " + strconv.Quote(a.Entry) + " for this call; not appended again", nil
 	}
+}
+
+// propose is durable work done through the node API with the call's
+// ticket: a step, an event key, a wait. Each request is plain NATS
+// request-reply with JSON, so any language's client does the same.
+func propose(ctx context.Context, api *nodeapi.Client, l *ledger.Ledger, req natstool.Request, stdout io.Writer) (string, error) {
+	var a struct {
+		Entry string `json:"entry"`
+	}
+	if err := json.Unmarshal(req.Args, &a); err != nil {
+		return "", err
+	}
+	if req.Ticket == "" {
+		return "", fmt.Errorf("no %s header: this tool needs a deployment with a secret", natstool.HeaderCallTicket)
+	}
+	// The reservation happens once per call: a run that finds the step
+	// recorded skips it.
+	got, err := api.Step(ctx, req.Ticket, "reserve", nil)
+	if err != nil {
+		return "", err
+	}
+	if !got.Recorded {
+		fmt.Fprintf(stdout, "reserve key=%s entry=%s\n", value(req.IdempotencyKey), value(a.Entry))
+		if _, err := api.Step(ctx, req.Ticket, "reserve", json.RawMessage(strconv.Quote(a.Entry))); err != nil {
+			return "", err
+		}
+	}
+	key, err := api.EventKey(ctx, req.Ticket, "approval")
+	if err != nil {
+		return "", err
+	}
+	ev, err := api.AwaitEvent(ctx, req.Ticket, "approval", 0)
+	if err != nil {
+		return "", err
+	}
+	switch ev.Status {
+	case "pending":
+		// Whoever approves publishes {"key": KEY, "value": ...} on
+		// <prefix>.signal.event.<id>; the call runs again then.
+		fmt.Fprintf(stdout, "approval key=%s\n", key)
+		return "", natstool.Pending(ev.Pending)
+	case "resolved":
+		if _, err := l.Append(req.IdempotencyKey, a.Entry); err != nil {
+			return "", err
+		}
+		fmt.Fprintf(stdout, "approved key=%s value=%s\n", value(req.IdempotencyKey), value(string(ev.Value)))
+		return "approved " + string(ev.Value) + "; appended " + strconv.Quote(a.Entry), nil
+	}
+	return "not approved: " + ev.Status, nil
 }
 
 // value quotes a logfmt value only when it needs it.

@@ -46,6 +46,11 @@ type Request struct {
 	CallID  string
 	// Decision is the payload of the decision that resumed the call, or nil.
 	Decision *string
+	// Ticket is the call's ticket (HeaderCallTicket): give it to the node
+	// API's step, event_key and await_event (nodeapi.Client) to record
+	// steps and wait for events as Go tools do. Empty on a deployment
+	// without a secret.
+	Ticket string
 }
 
 // Pending returns the error with which a handler suspends its call until a
@@ -160,6 +165,7 @@ func decodeRequest(r micro.Request, schema *jsonschema.Resolved) (Request, strin
 		IdempotencyKey: header(h, HeaderIdempotencyKey),
 		CallID:         header(h, HeaderCallID),
 		InDoubt:        header(h, HeaderInDoubt) == "true",
+		Ticket:         header(h, HeaderCallTicket),
 	}
 	if len(req.Args) == 0 {
 		req.Args = json.RawMessage("{}")

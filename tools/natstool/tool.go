@@ -50,6 +50,9 @@ func (t *remote) Call(ctx context.Context, args json.RawMessage) (tools.Result, 
 		if info.Key.Call != "" {
 			msg.Header.Set(HeaderCallID, info.Key.Call)
 		}
+		if ticket, err := tools.CallTicket(ctx); err == nil {
+			msg.Header.Set(HeaderCallTicket, ticket)
+		}
 		if info.Decision != nil {
 			v, b64 := encodeDecision(info.Decision.Payload)
 			msg.Header.Set(HeaderDecision, v)

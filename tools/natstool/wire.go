@@ -31,6 +31,9 @@ const (
 	HeaderCallID           = "Lash-Call-Id"
 	HeaderDecision         = "Lash-Decision"
 	HeaderDecisionEncoding = "Lash-Decision-Encoding"
+	// HeaderCallTicket carries the call's ticket (tools.CallTicket): with
+	// it the tool records steps and awaits events through the node API.
+	HeaderCallTicket = "Lash-Call-Ticket"
 )
 
 // CodePending is the micro error code of a pending answer.

@@ -1,0 +1,67 @@
+package e2e
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lash-run/lash/nodeapi"
+	"github.com/lash-run/lash/testenv"
+)
+
+// A tool served over NATS does durable work through the node API with its
+// call's ticket (examples/tool-server's ledger_propose): it records a step,
+// mints an event key and parks the call on it. The node is SIGKILLed while
+// the call is parked; the key's value, published by an outsider, resumes
+// the call on another node, and the step is not run again.
+func TestNATSToolDurableWork(t *testing.T) {
+	d := newDeployment(t)
+	tools, _ := d.toolServer()
+	script := "rule propose\n  when user contains propose\n  when tools = 0\n  call ledger_propose {\"entry\":\"pay 5\"}\n\n" +
+		"rule done\n  when tool contains approved\n  say done approving\n\ndefault\n  say ok\n"
+	args := []string{"--script", d.file("agent.script", script), "--model", "scripted"}
+	a := d.startNode("node-a", args...)
+	seq := d.send("s1", "k1", []byte(`{"text":"propose a payment"}`))
+	var key string
+	testenv.WaitFor(t, 30*time.Second, func() error {
+		for _, l := range tools.lines() {
+			if _, k, ok := strings.Cut(l, "approval key="); ok {
+				key = k
+				return nil
+			}
+		}
+		return fmt.Errorf("no approval key yet: %q", tools.lines())
+	})
+	// Parked: the turn commits waiting on the event.
+	if ts := d.committed("s1", fmt.Sprintf("in-%d", seq)); ts.Turns[0].Status != "waiting" {
+		t.Fatalf("turn %+v", ts.Turns[0])
+	}
+	a.kill()
+	if n := tools.count("reserve key="); n != 1 {
+		t.Fatalf("the step ran %d times before the kill", n)
+	}
+	d.startNode("node-b", args...)
+	// A ticket the deployment did not sign writes nothing.
+	enc := base64.RawURLEncoding.EncodeToString
+	forged := "ct1." + enc([]byte("s1")) + "." + enc([]byte("call_1")) + ".bm90LWEtbWFj"
+	var e *nodeapi.Error
+	if _, err := nodeapi.NewClient(d.nc, "lash").Step(t.Context(), forged, "reserve", json.RawMessage(`"x"`)); !errors.As(err, &e) || e.Code != nodeapi.CodeBadRequest {
+		t.Fatalf("a forged ticket: %v", err)
+	}
+	id, _, _ := strings.Cut(key, ".")
+	d.nc.Publish("lash.signal.event."+id, []byte(fmt.Sprintf(`{"key":%q,"value":"yes"}`, key)))
+	if err := d.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	d.waitAnswer("s1", "done approving")
+	if n := tools.count("reserve key="); n != 1 {
+		t.Fatalf("the recorded step ran again: %d times", n)
+	}
+	if n := tools.count("approved key="); n != 1 {
+		t.Fatalf("%d approvals", n)
+	}
+}
