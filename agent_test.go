@@ -2,6 +2,7 @@ package lash
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"github.com/lash-run/lash/provider/scripted"
 	"github.com/lash-run/lash/testenv"
 	"github.com/lash-run/lash/turn"
+	"github.com/nats-io/nats.go"
 )
 
 const agentScript = `
@@ -342,5 +344,63 @@ func TestAgentTurnCostsNoRoundTrip(t *testing.T) {
 	plain, named := sent(""), sent("support")
 	if named != plain {
 		t.Fatalf("a turn under the agent sent %d messages, under the default agent %d", named, plain)
+	}
+}
+
+// An agent's before_tool hook, served over NATS, blocks a tool call: the
+// block is the call's recorded outcome, so the node that finishes the turn
+// after a crash replays it and does not ask the hook again; the tool never
+// runs.
+func TestHookBlocksToolCall(t *testing.T) {
+	r := newRig(t)
+	models := testenv.RunModelServer(t, scripted.MustParse(agentScript))
+	hooks := r.conn()
+	var mu sync.Mutex
+	var asked []HookRequest
+	if _, err := hooks.Subscribe("lash.hook.guard", func(m *nats.Msg) {
+		var req HookRequest
+		_ = json.Unmarshal(m.Data, &req)
+		mu.Lock()
+		asked = append(asked, req)
+		mu.Unlock()
+		_ = m.Respond([]byte(`{"verdict":"block","reason":"not today"}`))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := hooks.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	crashed := false
+	a := r.node("a", WithProviders(providersOf(t, models, "openai")), withBoundary(func(name string) error {
+		if strings.HasPrefix(name, "after-record tool ") && !crashed {
+			crashed = true
+			return errCrash
+		}
+		return nil
+	}))
+	applyAgent(t, a, &agents.Definition{Name: "support", Instructions: "You are the support desk.", Provider: "openai", Model: "g",
+		Tools: []string{"weather"}, Hooks: agents.Hooks{BeforeTool: "guard"}})
+	if _, _, err := a.Session("h").Send(r.ctx, "k1", Input{Text: "help", Agent: "support"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Session("h").Run(r.ctx); !errors.Is(err, errCrash) {
+		t.Fatalf("run: %v, want the crash", err)
+	}
+	b := r.node("b", WithProviders(providersOf(t, models, "openai")))
+	res := runUntilFree(t, b.Session("h"))
+	if got := answerOf(t, res); got != "support answered" {
+		t.Fatalf("answered %q", got)
+	}
+	var blocked bool
+	for _, m := range res[0].Outcome.Messages {
+		blocked = blocked || m.Role == turn.RoleTool && m.Text == "blocked by hook guard: not today"
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !blocked || len(asked) != 1 || r.runs.runs["Oslo"] != 0 {
+		t.Fatalf("blocked %v, hook asked %d times, tool ran %v: %s", blocked, len(asked), r.runs.runs, describeTranscript(res[0].Outcome.Messages))
+	}
+	if q := asked[0]; q.Tool != "weather" || q.Agent != "support" || q.Session != "h" || q.Arguments != `{"city":"Oslo"}` {
+		t.Fatalf("the hook was asked %+v", q)
 	}
 }

@@ -21,6 +21,12 @@ import (
 )
 
 const backgroundScript = `
+# First: a sub-agent's end that comes before its await parks is told
+# twice (a notice, then the parked call's answer), and the answer counts.
+rule helper-done
+  when tool contains summary: all quiet
+  say the helper says all is quiet
+
 rule told
   when notice contains [process
   when notice contains completed
@@ -39,10 +45,6 @@ rule await-helper
   when user contains ask a helper
   when tool contains started
   call process_await {"process":"helper"}
-
-rule helper-done
-  when tool contains summary: all quiet
-  say the helper says all is quiet
 
 rule list
   when user contains list them

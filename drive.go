@@ -677,7 +677,10 @@ func (d *drive) toolCall(ctx, ectx context.Context, pc turn.PendingCall, cause i
 	if d.p.allow != nil {
 		tctx = tools.WithOffered(tctx, d.p.Tools)
 	}
-	res, err := n.runner.Invoke(tctx, pc, attempt, inDoubt)
+	res, blocked, err := d.beforeTool(tctx, pc)
+	if err == nil && !blocked {
+		res, err = n.runner.Invoke(tctx, pc, attempt, inDoubt)
+	}
 	if err == nil && res.Status == turn.ToolError {
 		span.SetStatus(codes.Error, "the tool failed")
 	}

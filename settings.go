@@ -50,6 +50,8 @@ type Settings struct {
 	Version  string   `json:"version,omitempty"`
 	Provider string   `json:"provider,omitempty"`
 	Tools    []string `json:"tools,omitempty"`
+	// BeforeTool is the agent's hook asked before each tool call.
+	BeforeTool string `json:"before_tool,omitempty"`
 }
 
 // WithSettingsLabel names the code behind the machine's hooks and backoff,

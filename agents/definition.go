@@ -62,6 +62,15 @@ type Definition struct {
 	Tools     []string  `json:"tools,omitempty" yaml:"tools,omitempty"`
 	Limits    Limits    `json:"limits,omitzero" yaml:"limits,omitempty"`
 	SubAgents SubAgents `json:"sub_agents,omitzero" yaml:"sub_agents,omitempty"`
+	Hooks     Hooks     `json:"hooks,omitzero" yaml:"hooks,omitempty"`
+}
+
+// Hooks name NATS endpoints (<prefix>.hook.<name>) asked at points of the
+// agent's turns; their answers are journaled with what they decided.
+type Hooks struct {
+	// BeforeTool is asked before each tool call runs: it allows the call
+	// or blocks it with a reason the model reads.
+	BeforeTool string `json:"before_tool,omitempty" yaml:"before_tool,omitempty"`
 }
 
 // Parameters are the model's sampling parameters; unset ones are the
@@ -117,7 +126,7 @@ func Parse(data []byte) ([]*Definition, error) {
 func yamlError(err error) string {
 	s := strings.TrimPrefix(err.Error(), "yaml: ")
 	s = strings.TrimPrefix(s, "unmarshal errors:\n  ")
-	for _, t := range []string{"agents.Definition", "agents.Parameters", "agents.Limits", "agents.SubAgents"} {
+	for _, t := range []string{"agents.Definition", "agents.Parameters", "agents.Limits", "agents.SubAgents", "agents.Hooks"} {
 		s = strings.ReplaceAll(s, " in type "+t, "")
 	}
 	return strings.ReplaceAll(s, "\n  ", "; ")
@@ -179,6 +188,11 @@ func (d *Definition) Check(known func(tool string) bool) error {
 		}
 		if known != nil && !known(t) {
 			return bad("tool %q: no such tool on the deployment", t)
+		}
+	}
+	if h := d.Hooks.BeforeTool; h != "" {
+		if err := tools.CheckName(h); err != nil {
+			return bad("hooks.before_tool %q: %v", clip(h), err)
 		}
 	}
 	for _, a := range d.SubAgents.Agents {

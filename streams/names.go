@@ -314,6 +314,10 @@ func (s Subjects) ProcessOf(subject string) (string, error) {
 // Signals matches every external signal.
 func (s Subjects) Signals() string { return s.prefix + ".signal.>" }
 
+// Hook is where the hook named name is served: core NATS request-reply,
+// answered by the hook's servers (ADR 0038).
+func (s Subjects) Hook(name string) string { return s.prefix + ".hook." + name }
+
 // Live is the ephemeral subject for a session's live events.
 func (s Subjects) Live(session string) (string, error) {
 	t, err := Token(session)
