@@ -53,7 +53,7 @@ func (n *Node) ticketContext(ctx context.Context, ticket string) (context.Contex
 	}
 	want, err := n.mac("call", string(scope), string(call))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: the deployment has no secret, so no call has a ticket", ErrBadTicket)
 	}
 	if !hmac.Equal([]byte(want), []byte(parts[3])) {
 		return nil, ErrBadTicket

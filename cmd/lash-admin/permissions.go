@@ -11,7 +11,7 @@ import (
 
 // permFlags are the permissions command's flags.
 type permFlags struct {
-	sessions, signals, tools, nodeInbox string
+	sessions, signals, tools, hooks, nodeInbox string
 }
 
 var permissionsCmd = &command{
@@ -24,7 +24,9 @@ JetStream API; per session (--sessions) a client, who may send messages to it
 status and live events, and an approver, who may decide its suspended calls and cancel
 its turns (<prefix>.sess.<ID>.decide, <prefix>.api.sess.<ID>.decide and .cancel) and
 read the same; a signal publisher per source type (--signals); a tool server per tool
-(--tools). Passwords are environment variables of the server (LASH_PW_<USER>, upper
+(--tools), which may also do its calls' durable work (<prefix>.api.step, event_key and
+await_event, with the ticket of each call); a hook server per hook agents name
+(--hooks, <prefix>.hook.<NAME>). Passwords are environment variables of the server (LASH_PW_<USER>, upper
 case): set them, or replace them.
 
 Clients and approvers follow live events as they come (a subscription to
@@ -43,10 +45,11 @@ for trusted programs, so clients get none of them.`,
 		fs.StringVar(&a.perm.sessions, "sessions", "SESSION", "comma-separated `ids` of the sessions to make a client user for")
 		fs.StringVar(&a.perm.signals, "signals", "", "comma-separated signal source `types` to make a publisher user for")
 		fs.StringVar(&a.perm.tools, "tools", "", "comma-separated `names` of tools served over NATS to make a tool-server user for")
+		fs.StringVar(&a.perm.hooks, "hooks", "", "comma-separated `names` of hooks served over NATS to make a hook-server user for")
 		fs.StringVar(&a.perm.nodeInbox, "node-inbox", "_INBOX_lash", "the inbox `prefix` nodes and lash-admin use (their --inbox-prefix)")
 	},
 	check: func(a *app, _ []string) error {
-		for _, list := range []string{a.perm.sessions, a.perm.signals, a.perm.tools} {
+		for _, list := range []string{a.perm.sessions, a.perm.signals, a.perm.tools, a.perm.hooks} {
 			for _, id := range splitList(list) {
 				if err := streams.CheckID(id); err != nil {
 					return a.usagef("%v", err)
@@ -121,10 +124,22 @@ func permissionUsers(prefix string, f permFlags) ([]permUser, error) {
 			return nil, err
 		}
 		users = append(users, permUser{
-			comment:        "a tool server for " + tool + ": its endpoint and the micro discovery nodes use",
+			comment:        "a tool server for " + tool + ": its endpoint, the micro discovery nodes use, its calls' durable work, its own replies",
 			name:           "tool-" + tok,
-			pub:            []string{"$SRV.>"},
-			sub:            []string{prefix + ".tool." + tok, "$SRV.>"},
+			pub:            []string{"$SRV.>", prefix + ".api.step", prefix + ".api.event_key", prefix + ".api.await_event"},
+			sub:            []string{prefix + ".tool." + tok, "$SRV.>", userInbox("tool-"+tok) + ".>"},
+			allowResponses: true,
+		})
+	}
+	for _, hook := range splitList(f.hooks) {
+		tok, err := streams.Token(hook)
+		if err != nil {
+			return nil, err
+		}
+		users = append(users, permUser{
+			comment:        "a hook server for " + hook + ": the questions nodes ask it",
+			name:           "hook-" + tok,
+			sub:            []string{prefix + ".hook." + tok},
 			allowResponses: true,
 		})
 	}

@@ -37,13 +37,13 @@ import (
 func TestPermissionsTemplate(t *testing.T) {
 	bin := buildAdmin(t, t.TempDir())
 	a := &admin{t: t, bin: bin, url: "nats://127.0.0.1:1", cache: t.TempDir()}
-	conf := a.ok("permissions", "--sessions", "s1,s2", "--tools", "ledger_append")
+	conf := a.ok("permissions", "--sessions", "s1,s2", "--tools", "ledger_append", "--hooks", "guard")
 	path := filepath.Join(t.TempDir(), "auth.conf")
 	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	pw := map[string]string{"lash-node": "node-pw", "lash-admin": "admin-pw", "client-s1": "s1-pw", "client-s2": "s2-pw",
-		"approver-s1": "a1-pw", "approver-s2": "a2-pw", "tool-ledger_append": "tool-pw"}
+		"approver-s1": "a1-pw", "approver-s2": "a2-pw", "tool-ledger_append": "tool-pw", "hook-guard": "hook-pw"}
 	for user, p := range pw {
 		t.Setenv(envName(user), p)
 	}
@@ -304,6 +304,24 @@ func TestPermissionsTemplate(t *testing.T) {
 	}
 	if out, err := found[0].Call(ctx, []byte(`{}`)); err != nil || out.Output != "appended" {
 		t.Fatalf("a node calling the tool: %q, %v", out, err)
+	}
+	// It may ask the node API for its calls' durable work: a forged
+	// ticket is refused by the node, not by the server.
+	toolConn := connect("tool-ledger_append", nats.CustomInboxPrefix("_INBOX_tool-ledger_append"))
+	var apiErr *nodeapi.Error
+	if _, err := nodeapi.NewClient(toolConn, "lash").Step(ctx, "ct1.czE.Y2FsbA.bWFj", "s", nil); !errors.As(err, &apiErr) || apiErr.Code != nodeapi.CodeBadRequest {
+		t.Fatalf("a tool server's step request: %v", err)
+	}
+	// A hook server answers the questions nodes ask on its subject.
+	hook := connect("hook-guard")
+	if _, err := hook.Subscribe("lash.hook.guard", func(m *nats.Msg) { _ = m.Respond([]byte(`{"verdict":"allow"}`)) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := hook.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := connect("lash-node", nats.CustomInboxPrefix("_INBOX_lash")).Request("lash.hook.guard", []byte(`{}`), 5*time.Second); err != nil || string(m.Data) != `{"verdict":"allow"}` {
+		t.Fatalf("a node asking the hook: %v", err)
 	}
 
 	// lash-admin, as the operator.
