@@ -254,6 +254,9 @@ func TestBadRequests(t *testing.T) {
 		{"long session on status", "status", `{"session":"` + long + `"}`, 400, "id of 10000 bytes, at most 256"},
 		{"long session on cancel", "cancel", `{"session":"` + long + `","key":"k"}`, 400, "id of 10000 bytes, at most 256"},
 		{"long key", "submit", `{"session":"known","key":"` + long + `","text":"x"}`, 400, "idempotency key: streams: invalid id: id of 10000 bytes"},
+		{"no such agent", "submit", `{"session":"known","key":"k9","text":"x","agent":"nosuch"}`, 400, "no agent nosuch on the deployment"},
+		{"agent name over the bound", "submit", `{"session":"known","key":"k9","text":"x","agent":"` + strings.Repeat("a", 65) + `"}`, 400, "1 to 64 bytes"},
+		{"agent without a message", "submit", `{"session":"known","key":"k9","cancel":true,"agent":"a"}`, 400, "an agent is named with a message"},
 	}
 	before := r.lastSeqs()
 	for _, c := range cases {
