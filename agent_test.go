@@ -404,3 +404,36 @@ func TestHookBlocksToolCall(t *testing.T) {
 		t.Fatalf("the hook was asked %+v", q)
 	}
 }
+
+// A session's labels come with its first message and stay; a later
+// message giving labels is refused.
+func TestSessionLabels(t *testing.T) {
+	r := newRig(t)
+	n := r.node("a")
+	s := n.Session("l")
+	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather in Oslo, Lima and Pune?", Labels: map[string]string{"team": "care", "a.b/c": ""}}); err != nil {
+		t.Fatal(err)
+	}
+	runUntilFree(t, s)
+	if _, _, err := s.Send(r.ctx, "k2", Input{Text: "more", Labels: map[string]string{"team": "other"}}); err != nil {
+		t.Fatal(err)
+	}
+	if res := runUntilFree(t, s); len(res) != 0 {
+		t.Fatalf("a later message with labels ran a turn: %+v", res)
+	}
+	if _, _, err := s.Send(r.ctx, "k3", Input{Text: "x", Labels: map[string]string{"bad key": "v"}}); !errors.Is(err, ErrBadInput) {
+		t.Fatalf("a bad label key: %v", err)
+	}
+	turns, err := NewInspector(n.Streams()).Turns(r.ctx, "l")
+	if err != nil || len(turns) != 1 {
+		t.Fatalf("turns %+v, %v", turns, err)
+	}
+	p := caughtUp(t, OpenProjection, n.Streams())
+	h, err := p.Session("l")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := h.Label("team"); !ok || v != "care" || len(h.Labels) != 2 || h.Labels[0].Key != "a.b/c" {
+		t.Fatalf("labels %+v", h.Labels)
+	}
+}

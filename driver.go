@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/lash-run/lash/blobs"
@@ -247,6 +249,9 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 		if take && b.refuse != "" {
 			use.Refused, take = b.refuse, false
 		}
+		if take && len(in.Labels) > 0 && st.turns > 0 {
+			use.Refused, take = fmt.Sprintf("%v: session %s has run turns: labels are given with its first message", ErrBadInput, s.id), false
+		}
 		if !take {
 			if pos, err = s.consume(ctx, b.p, pos, st, use); err != nil {
 				return results, st.cursor, err
@@ -413,7 +418,7 @@ func (s *Session) runTurn(ctx context.Context, pos sessionlog.Position, st *stat
 			}
 		}
 	}
-	body := &sessionlog.TurnBody{Outcome: out, InputCursor: d.cursor, Inputs: d.inputs, Agent: t.agent}
+	body := &sessionlog.TurnBody{Outcome: out, InputCursor: d.cursor, Inputs: d.inputs, Agent: t.agent, Labels: labelsOf(t.in)}
 	if f != nil {
 		body = failedBody(f, st, t)
 	}
@@ -460,7 +465,20 @@ func (s *Session) runTurn(ctx context.Context, pos sessionlog.Position, st *stat
 // input only, and keeps the session's suspended calls.
 func failedBody(f *failure, st *state, t *turnRun) *sessionlog.TurnBody {
 	return &sessionlog.TurnBody{Outcome: failedOutcome(f, st.suspended), InputCursor: t.input.Seq,
-		Inputs: []sessionlog.InputUse{t.use}, Agent: t.agent}
+		Inputs: []sessionlog.InputUse{t.use}, Agent: t.agent, Labels: labelsOf(t.in)}
+}
+
+// labelsOf are an input's labels as a commit keeps them, sorted.
+func labelsOf(in Input) []sessionlog.Label {
+	if len(in.Labels) == 0 {
+		return nil
+	}
+	out := make([]sessionlog.Label, 0, len(in.Labels))
+	for k, v := range in.Labels {
+		out = append(out, sessionlog.Label{Key: k, Value: v})
+	}
+	slices.SortFunc(out, func(a, b sessionlog.Label) int { return strings.Compare(a.Key, b.Key) })
+	return out
 }
 
 func (s *Session) commit(ctx context.Context, p *profile, pos sessionlog.Position, id string, body *sessionlog.TurnBody) (sessionlog.Position, error) {

@@ -44,7 +44,14 @@ type Input struct {
 	// that names none runs the deployment's default agent, and keeps the
 	// agent it started with.
 	Agent string `json:"agent,omitempty"`
+	// Labels tag the session for listing and filtering (lash-admin
+	// sessions ls --label), given with its first message: at most
+	// MaxSessionLabels, the rules of agents.CheckLabels.
+	Labels map[string]string `json:"labels,omitempty"`
 }
+
+// MaxSessionLabels bounds a session's labels.
+const MaxSessionLabels = 16
 
 // Decision resumes or cancels one suspended tool call.
 type Decision struct {
@@ -79,6 +86,14 @@ func parseInput(data []byte, decision bool) (Input, error) {
 	}
 	if in.Notice != "" && (in.Text != "" || in.Decides()) {
 		return in, fmt.Errorf("%w: a notice comes alone", ErrBadInput)
+	}
+	if len(in.Labels) > 0 {
+		if in.Text == "" {
+			return in, fmt.Errorf("%w: labels are given with a message", ErrBadInput)
+		}
+		if err := agents.CheckLabels(in.Labels, MaxSessionLabels); err != nil {
+			return in, fmt.Errorf("%w: %v", ErrBadInput, err)
+		}
 	}
 	if in.Agent != "" {
 		if in.Text == "" {

@@ -150,8 +150,6 @@ func (d *Definition) Check(known func(tool string) bool) error {
 		return bad("provider %q: one of %s", clip(d.Provider), strings.Join(Providers, ", "))
 	case d.Model == "" || len(d.Model) > MaxModelBytes:
 		return bad("model: 1 to %d bytes", MaxModelBytes)
-	case len(d.Labels) > MaxLabels:
-		return bad("%d labels, at most %d", len(d.Labels), MaxLabels)
 	case len(d.Tools) > MaxTools:
 		return bad("%d tools, at most %d", len(d.Tools), MaxTools)
 	case len(d.Parameters.Stop) > MaxStop:
@@ -169,13 +167,8 @@ func (d *Definition) Check(known func(tool string) bool) error {
 	case len(d.SubAgents.Agents) > MaxSubAgents:
 		return bad("%d sub-agents, at most %d", len(d.SubAgents.Agents), MaxSubAgents)
 	}
-	for k, v := range d.Labels {
-		if err := labelKey(k); err != nil {
-			return bad("%v", err)
-		}
-		if len(v) > MaxLabelValueBytes || !utf8.ValidString(v) {
-			return bad("label %q: a value of at most %d bytes of UTF-8", k, MaxLabelValueBytes)
-		}
+	if err := CheckLabels(d.Labels, MaxLabels); err != nil {
+		return bad("%v", err)
 	}
 	if d.Limits.DecisionWait != "" {
 		if w, err := time.ParseDuration(d.Limits.DecisionWait); err != nil || w < 0 {
@@ -244,6 +237,24 @@ func CheckRef(ref string) (string, error) {
 		return name, fmt.Errorf("%w: %q: after @ a revision number or 8 to 64 hex digits of a version", ErrInvalid, clip(ref))
 	}
 	return name, nil
+}
+
+// CheckLabels reports what is wrong with labels: at most most of them,
+// keys of 1 to 63 letters, digits, '_', '-', '.' and '/', values of at
+// most 256 bytes of UTF-8. Sessions' labels follow the same rules.
+func CheckLabels(labels map[string]string, most int) error {
+	if len(labels) > most {
+		return fmt.Errorf("%d labels, at most %d", len(labels), most)
+	}
+	for k, v := range labels {
+		if err := labelKey(k); err != nil {
+			return err
+		}
+		if len(v) > MaxLabelValueBytes || !utf8.ValidString(v) {
+			return fmt.Errorf("label %q: a value of at most %d bytes of UTF-8", k, MaxLabelValueBytes)
+		}
+	}
+	return nil
 }
 
 func labelKey(k string) error {

@@ -114,6 +114,28 @@ func TestAgentsOnANode(t *testing.T) {
 	if code != 0 || strings.Count(out, "OK") < 2 {
 		t.Fatalf("verify: exit %d\n%s%s", code, out, errOut)
 	}
+
+	// lash-admin send binds and labels a session; sessions ls shows both
+	// and filters by label. A name with no agent appends nothing.
+	var sent struct {
+		Seq uint64 `json:"seq"`
+	}
+	d.admin(&sent, "send", "--agent", "support", "--label", "team=care", "--label", "tier=gold", "s4", "help me")
+	d.waitAnswer("s4", "support answered")
+	if _, errOut, code := run(t, "lash-admin", append(base, "send", "--agent", "nosuch", "s5", "hi")...); code == 0 || !strings.Contains(errOut, "no such agent") {
+		t.Fatalf("send --agent nosuch: exit %d: %s", code, errOut)
+	}
+	var ls struct {
+		Sessions []struct {
+			Session string            `json:"session"`
+			Agent   string            `json:"agent"`
+			Labels  map[string]string `json:"labels"`
+		} `json:"sessions"`
+	}
+	d.admin(&ls, "sessions", "ls", "--label", "team=care")
+	if len(ls.Sessions) != 1 || ls.Sessions[0].Session != "s4" || ls.Sessions[0].Agent != "support" || ls.Sessions[0].Labels["tier"] != "gold" {
+		t.Fatalf("sessions ls --label team=care: %+v", ls.Sessions)
+	}
 }
 
 func system(req turn.ModelRequest) string {

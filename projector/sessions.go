@@ -46,6 +46,21 @@ type SessionHead struct {
 	// (input or log entry) were stored, by the server's clock.
 	Created time.Time `msgpack:"ct"`
 	Active  time.Time `msgpack:"at"`
+	// Agent is the agent the session is bound to after its last commit
+	// ("name" or "name@N"; empty for the default agent); Labels those its
+	// first message gave it.
+	Agent  string             `msgpack:"ag,omitempty"`
+	Labels []sessionlog.Label `msgpack:"lb,omitempty"`
+}
+
+// Label is the value of the session's label key, and whether it has it.
+func (h *SessionHead) Label(key string) (string, bool) {
+	for _, l := range h.Labels {
+		if l.Key == key {
+			return l.Value, true
+		}
+	}
+	return "", false
 }
 
 // TurnInfo is one committed turn.
@@ -359,6 +374,10 @@ func (f *Sessions) commit(tx *Txn, tok string, head *SessionHead, seq uint64, e 
 	head.Usage = head.Usage.Add(out.Usage)
 	head.Messages += out.Messages
 	head.Suspended = out.Suspended
+	head.Agent = body.Agent
+	if len(head.Labels) == 0 {
+		head.Labels = body.Labels
+	}
 	head.consumed(body.InputCursor)
 	return f.inputs(tx, tok, body.Inputs)
 }

@@ -24,6 +24,8 @@ type bodySummary struct {
 	}
 	InputCursor uint64
 	Inputs      []sessionlog.InputUse
+	Agent       string
+	Labels      []sessionlog.Label
 }
 
 func (b *bodySummary) decode(data []byte) error {
@@ -41,6 +43,11 @@ func (b *bodySummary) decode(data []byte) error {
 		case "i":
 			b.Inputs, err = decodeInputUses(d)
 			return err
+		case "a":
+			b.Agent, err = d.DecodeString()
+			return err
+		case "l":
+			return d.Decode(&b.Labels)
 		}
 		return d.Skip()
 	})

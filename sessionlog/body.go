@@ -20,6 +20,15 @@ type TurnBody struct {
 	// Agent is the agent the session is bound to after the turn ("name",
 	// or "name@N" when pinned); empty for the deployment's default agent.
 	Agent string `msgpack:"a,omitempty"`
+	// Labels are the session's labels, set by the input that started it:
+	// on its first turn's commit only, sorted by key.
+	Labels []Label `msgpack:"l,omitempty"`
+}
+
+// Label is one of a session's labels.
+type Label struct {
+	Key   string `msgpack:"k"`
+	Value string `msgpack:"v"`
 }
 
 // ConsumeBody is the body of a consume entry: inputs consumed without a
@@ -59,7 +68,7 @@ func EncodeTurnBody(b *TurnBody) ([]byte, error) {
 	for _, m := range o.Messages {
 		size += 16 + len(m.Text)
 	}
-	out := pack.Map(make([]byte, 0, size+64*len(b.Inputs)), 2+pack.Count(len(b.Inputs) > 0, b.Agent != ""))
+	out := pack.Map(make([]byte, 0, size+64*len(b.Inputs)), 2+pack.Count(len(b.Inputs) > 0, b.Agent != "", len(b.Labels) > 0))
 	out = pack.Map(pack.Str(out, "o"), 6)
 	out = pack.Uint8(pack.Str(out, "Status"), uint8(o.Status))
 	t := o.Termination
@@ -89,6 +98,12 @@ func EncodeTurnBody(b *TurnBody) ([]byte, error) {
 	}
 	if b.Agent != "" {
 		out = pack.Str(pack.Str(out, "a"), b.Agent)
+	}
+	if len(b.Labels) > 0 {
+		out = pack.Array(pack.Str(out, "l"), len(b.Labels))
+		for _, l := range b.Labels {
+			out = pack.Str(pack.Str(pack.Str(pack.Str(pack.Map(out, 2), "k"), l.Key), "v"), l.Value)
+		}
 	}
 	return out, nil
 }

@@ -58,6 +58,7 @@ func TestTurnBodyEncodesAsMsgpack(t *testing.T) {
 		{Inputs: make([]InputUse, 17)},
 		{InputCursor: 3, Agent: "support@12"},
 		{Inputs: make([]InputUse, 2), Agent: "a"},
+		{Labels: []Label{{Key: "team", Value: "care"}, {Key: "z", Value: ""}}},
 	} {
 		want, err := msgpack.Marshal(&b)
 		if err != nil {

@@ -101,6 +101,8 @@ type app struct {
 	limit               int
 	after               string
 	sortBy, stateFilter string
+	// labels: --label KEY=VALUE, on send (set) and sessions ls (filter).
+	labels labelFlag
 	// perm: the permissions command's flags.
 	perm permFlags
 	// status, session and reason: the processes commands' flags.

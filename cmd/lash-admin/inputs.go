@@ -29,13 +29,15 @@ earlier append with the same --key. With --wait it prints instead the answer of 
 that consumes the input once that turn is committed (its last assistant text; the turn,
 its status and how it ended on stderr, or all of it with --json), and fails if the input
 is consumed without a turn or not within --wait-timeout. --agent binds the session to an
-agent ("name", or "name@N" to pin revision N) with this message; the agent must exist.`,
+agent ("name", or "name@N" to pin revision N) with this message; the agent must exist.
+--label KEY=VALUE labels a session with its first message.`,
 	min: 2, max: 2,
 	flags: func(a *app, fs *flag.FlagSet) {
 		keyFlag(a, fs)
 		fs.BoolVar(&a.wait, "wait", false, "wait for the turn that consumes the input and print its answer")
 		fs.DurationVar(&a.waitTimeout, "wait-timeout", 10*time.Minute, "how long --wait waits")
 		fs.StringVar(&a.sendAgent, "agent", "", "bind the session to the `agent` (name, or name@N to pin a revision) with this message")
+		fs.Var(&a.labels, "label", "label the session `KEY=VALUE` with its first message (repeat for several)")
 	},
 	check: checkSend,
 	run:   runSend,
@@ -192,7 +194,7 @@ func checkSend(a *app, args []string) error {
 		}
 		text = string(b)
 	}
-	return a.checkInput(lash.Input{Text: text, Agent: a.sendAgent})
+	return a.checkInput(lash.Input{Text: text, Agent: a.sendAgent, Labels: a.labels})
 }
 
 func checkDecide(a *app, args []string) error {

@@ -379,11 +379,11 @@ func TestAdmin(t *testing.T) {
 			t.Fatalf("sessions ls: %d sessions, next %q; want two or more on one page", len(all.Sessions), all.Next)
 		}
 		a.json(&first, "sessions", "ls", "--limit", "1")
-		if len(first.Sessions) != 1 || first.Next != first.Sessions[0].Session || first.Sessions[0] != all.Sessions[0] {
+		if len(first.Sessions) != 1 || first.Next != first.Sessions[0].Session || !reflect.DeepEqual(first.Sessions[0], all.Sessions[0]) {
 			t.Fatalf("first page %+v; want the first session and its id as next", first)
 		}
 		a.json(&second, "sessions", "ls", "--limit", "1", "--after", first.Next)
-		if len(second.Sessions) != 1 || second.Sessions[0] != all.Sessions[1] {
+		if len(second.Sessions) != 1 || !reflect.DeepEqual(second.Sessions[0], all.Sessions[1]) {
 			t.Fatalf("second page %+v; want %+v", second, all.Sessions[1])
 		}
 		contains(t, a.ok("sessions", "ls", "--limit", "1"), "more: --after "+strconv.Quote(first.Next))

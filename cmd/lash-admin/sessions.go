@@ -7,9 +7,13 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
+	"github.com/lash-run/lash/processes"
 	"github.com/lash-run/lash/projector"
+	"github.com/lash-run/lash/sessionlog"
+	"github.com/lash-run/lash/tools/builtin"
 	"github.com/lash-run/lash/turn"
 )
 
@@ -20,8 +24,9 @@ var sessionsLsCmd = &command{
 with the streams first: their state (running: inputs wait or a turn runs; waiting: calls
 suspended or parked; failed: the last turn was committed as failed; idle), when they were
 last active and created (by the server's clock), head revision, turns committed, the last
-turn's termination, tokens used (input+output), inputs not yet consumed and calls
-suspended. The most recently active come first (--sort id: in the order of their ids'
+turn's termination, tokens used (input+output), inputs not yet consumed, calls
+suspended, the agent the session runs (empty: the default agent) and its labels; --label
+KEY=VALUE (repeated: all of them) keeps the sessions with those labels. The most recently active come first (--sort id: in the order of their ids'
 tokens); --state keeps one state. Sessions come in pages of --limit; when more follow, the
 table ends with the --after to pass for the next page (JSON: "next"). Ordered by activity,
 a page is read afresh each time: sessions active since move to the front.`,
@@ -31,6 +36,7 @@ a page is read afresh each time: sessions active since move to the front.`,
 		fs.StringVar(&a.after, "after", "", "start after the session `id` (the next page's, as the last one said)")
 		fs.StringVar(&a.sortBy, "sort", "activity", "`order`: activity (latest first) or id")
 		fs.StringVar(&a.stateFilter, "state", "", "only sessions in this `state`: idle, running, waiting or failed")
+		fs.Var(&a.labels, "label", "only sessions with the label `KEY=VALUE` (repeat for several)")
 	},
 	check: func(a *app, _ []string) error {
 		switch {
@@ -60,30 +66,78 @@ answers them.`,
 
 // sessionJSON is a session's head.
 type sessionJSON struct {
-	Session       string          `json:"session"`
-	State         string          `json:"state"`
-	Created       time.Time       `json:"created"`
-	Active        time.Time       `json:"active"`
-	Revision      uint64          `json:"revision"`
-	Fence         uint64          `json:"fence"`
-	Turns         int             `json:"turns"`
-	LastTurn      string          `json:"last_turn"`
-	Status        string          `json:"status"`
-	Termination   terminationJSON `json:"termination"`
-	Usage         usageJSON       `json:"usage"`
-	Messages      int             `json:"messages"`
-	Inputs        int             `json:"inputs"`
-	LastInput     uint64          `json:"last_input"`
-	InputCursor   uint64          `json:"input_cursor"`
-	PendingInputs int             `json:"pending_inputs"`
-	Suspended     int             `json:"suspended"`
+	Session       string            `json:"session"`
+	State         string            `json:"state"`
+	Created       time.Time         `json:"created"`
+	Active        time.Time         `json:"active"`
+	Revision      uint64            `json:"revision"`
+	Fence         uint64            `json:"fence"`
+	Turns         int               `json:"turns"`
+	LastTurn      string            `json:"last_turn"`
+	Status        string            `json:"status"`
+	Termination   terminationJSON   `json:"termination"`
+	Usage         usageJSON         `json:"usage"`
+	Messages      int               `json:"messages"`
+	Inputs        int               `json:"inputs"`
+	LastInput     uint64            `json:"last_input"`
+	InputCursor   uint64            `json:"input_cursor"`
+	PendingInputs int               `json:"pending_inputs"`
+	Suspended     int               `json:"suspended"`
+	Agent         string            `json:"agent,omitempty"`
+	Labels        map[string]string `json:"labels,omitempty"`
+}
+
+// labelFlag collects KEY=VALUE labels.
+type labelFlag map[string]string
+
+func (f *labelFlag) String() string { return fmt.Sprint(map[string]string(*f)) }
+
+func (f *labelFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("%q: give KEY=VALUE", s)
+	}
+	if *f == nil {
+		*f = labelFlag{}
+	}
+	(*f)[k] = v
+	return nil
+}
+
+// has reports whether h carries every label of f.
+func (f labelFlag) has(h *projector.SessionHead) bool {
+	for k, v := range f {
+		if got, ok := h.Label(k); !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+func labelMap(ls []sessionlog.Label) map[string]string {
+	if len(ls) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(ls))
+	for _, l := range ls {
+		m[l.Key] = l.Value
+	}
+	return m
+}
+
+func fmtLabels(ls []sessionlog.Label) string {
+	parts := make([]string, len(ls))
+	for i, l := range ls {
+		parts[i] = l.Key + "=" + l.Value
+	}
+	return strings.Join(parts, ",")
 }
 
 func sessionOf(h *projector.SessionHead) sessionJSON {
 	return sessionJSON{Session: h.Session, State: stateOf(h), Created: h.Created, Active: h.Active, Revision: h.Revision, Fence: h.Fence, Turns: h.Turns, LastTurn: h.LastTurn,
 		Status: status(h.Status), Termination: terminationOf(h.Termination), Usage: usageOf(h.Usage),
 		Messages: h.Messages, Inputs: h.Inputs, LastInput: h.LastInput, InputCursor: h.InputCursor,
-		PendingInputs: h.PendingInputs, Suspended: h.Suspended}
+		PendingInputs: h.PendingInputs, Suspended: h.Suspended, Agent: h.Agent, Labels: labelMap(h.Labels)}
 }
 
 type sessionsJSON struct {
@@ -112,10 +166,13 @@ func runSessionsLs(a *app, _ []string) error {
 	}
 	var heads []projector.SessionHead
 	var next string
-	if a.sortBy == "id" && a.stateFilter == "" {
+	if a.sortBy == "id" && a.stateFilter == "" && len(a.labels) == 0 {
 		heads, next, err = p.SessionsPage(a.after, a.limit)
 	} else {
-		heads, next, err = sortedPage(p, a.sortBy, a.stateFilter, a.after, a.limit)
+		keep := func(h *projector.SessionHead) bool {
+			return (a.stateFilter == "" || stateOf(h) == a.stateFilter) && a.labels.has(h)
+		}
+		heads, next, err = sortedPage(p, a.sortBy, keep, a.after, a.limit)
 	}
 	if err != nil {
 		return err
@@ -125,11 +182,11 @@ func runSessionsLs(a *app, _ []string) error {
 		out.Sessions = append(out.Sessions, sessionOf(&heads[i]))
 	}
 	return a.emit(out, func(w io.Writer) {
-		row(w, "SESSION", "STATE", "ACTIVE", "CREATED", "REV", "TURNS", "LAST TURN", "TERMINATION", "TOKENS", "PENDING", "SUSPENDED")
+		row(w, "SESSION", "STATE", "ACTIVE", "CREATED", "REV", "TURNS", "LAST TURN", "TERMINATION", "TOKENS", "PENDING", "SUSPENDED", "AGENT", "LABELS")
 		for i := range heads {
 			h := &heads[i]
 			row(w, h.Session, stateOf(h), fmtTime(h.Active), fmtTime(h.Created), h.Revision, h.Turns, h.LastTurn,
-				fmtTermination(h.Termination), fmtUsage(h.Usage), h.PendingInputs, h.Suspended)
+				fmtTermination(h.Termination), fmtUsage(h.Usage), h.PendingInputs, h.Suspended, h.Agent, fmtLabels(h.Labels))
 		}
 		if next != "" {
 			fmt.Fprintf(w, "more: --after %q\n", next)
@@ -156,6 +213,10 @@ type sessionShowJSON struct {
 	// Pending lists the sequences of the inputs not yet consumed.
 	Pending        []uint64        `json:"pending"`
 	SuspendedCalls []suspendedJSON `json:"suspended_calls"`
+	// Parent and Process name, for a sub-agent's session, the session
+	// whose turn started it and its process.
+	Parent  string `json:"parent,omitempty"`
+	Process string `json:"process,omitempty"`
 }
 
 // unknownSession is the error for a session the deployment has never seen.
@@ -190,8 +251,22 @@ func runSessionsShow(a *app, args []string) error {
 		out.SuspendedCalls = append(out.SuspendedCalls, suspendedJSON{CallID: c.Call.ID, Tool: c.Call.Name,
 			Arguments: c.Call.Arguments, Ticket: ticketJSON{Reason: c.Ticket.Reason, Data: c.Ticket.Data}, Iteration: c.Iteration})
 	}
+	if sub, err := builtin.AgentOf(a.ctx, processes.New(a.client, "lash-admin"), h.Session); err != nil {
+		return err
+	} else if sub != nil {
+		out.Process, out.Parent = sub.ID, sub.Registration.Provenance.Session
+	}
 	return a.emit(out, func(w io.Writer) {
 		row(w, "session", h.Session)
+		if out.Process != "" {
+			row(w, "sub-agent of", fmt.Sprintf("session %s (process %s)", out.Parent, out.Process))
+		}
+		if h.Agent != "" {
+			row(w, "agent", h.Agent)
+		}
+		if len(h.Labels) > 0 {
+			row(w, "labels", fmtLabels(h.Labels))
+		}
 		row(w, "revision", h.Revision)
 		row(w, "fence", h.Fence)
 		last := ""
@@ -229,7 +304,7 @@ func runSessionsShow(a *app, args []string) error {
 
 // sortedPage reads every head, keeps those in state (all when empty),
 // orders them by sortBy and returns the page after the session after.
-func sortedPage(p *projector.Projector, sortBy, state, after string, limit int) ([]projector.SessionHead, string, error) {
+func sortedPage(p *projector.Projector, sortBy string, keep func(*projector.SessionHead) bool, after string, limit int) ([]projector.SessionHead, string, error) {
 	var all []projector.SessionHead
 	for from := ""; ; {
 		page, next, err := p.SessionsPage(from, 4096)
@@ -237,7 +312,7 @@ func sortedPage(p *projector.Projector, sortBy, state, after string, limit int) 
 			return nil, "", err
 		}
 		for i := range page {
-			if state == "" || stateOf(&page[i]) == state {
+			if keep(&page[i]) {
 				all = append(all, page[i])
 			}
 		}
