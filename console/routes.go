@@ -32,7 +32,7 @@ const maxBody = 64 << 10
 var routes = []route{
 	{pattern: "GET /api/sessions", argv: func(r Request) ([]string, error) {
 		argv := []string{"sessions", "ls"}
-		for _, f := range []string{"state", "after", "sort", "limit"} {
+		for _, f := range []string{"state", "after", "sort", "limit", "label"} {
 			if v := r.Query.Get(f); v != "" {
 				argv = append(argv, "--"+f+"="+v)
 			}

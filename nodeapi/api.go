@@ -53,6 +53,8 @@ type SubmitRequest struct {
 	// Agent binds the session to an agent with its message (lash.Input's
 	// agent): "name", or "name@N" to pin a version.
 	Agent string `json:"agent,omitempty"`
+	// Labels label the session with its first message.
+	Labels map[string]string `json:"labels,omitempty"`
 }
 
 func (r *SubmitRequest) missing() []string {
@@ -64,7 +66,7 @@ func (r *SubmitRequest) missing() []string {
 }
 
 func (r *SubmitRequest) input() lash.Input {
-	return lash.Input{Text: r.Text, Decisions: r.Decisions, Cancel: r.Cancel, Agent: r.Agent}
+	return lash.Input{Text: r.Text, Decisions: r.Decisions, Cancel: r.Cancel, Agent: r.Agent, Labels: r.Labels}
 }
 
 // Accepted answers submit, decide and cancel: the input's sequence on the
@@ -109,6 +111,10 @@ type Status struct {
 	Pending     []uint64 `json:"pending,omitempty"`
 	// Suspended counts tool calls waiting for a decision.
 	Suspended int `json:"suspended"`
+	// Agent is the agent the session runs (none: the default agent);
+	// Labels those its first message gave it.
+	Agent  string            `json:"agent,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
 	// Applied is the SESSIONS sequence the projection had folded when it
 	// answered: at least the stream's last sequence at the request.
 	Applied uint64 `json:"applied"`

@@ -5,7 +5,7 @@
 // lists every node as an instance) with these endpoints, all JSON, under
 // <prefix>.api.:
 //
-//	submit  {"session","key","text","decisions","cancel","agent"} -> {"seq","duplicate"} (text, or decisions/cancel)
+//	submit  {"session","key","text","decisions","cancel","agent","labels"} -> {"seq","duplicate"} (text, or decisions/cancel)
 //	status  {"session"}                                   -> the session's head
 //	decide  {"session","key","call_id","action","mode","payload"} -> {"seq","duplicate"}
 //	cancel  {"session","key"}                             -> {"seq","duplicate"}

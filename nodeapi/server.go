@@ -103,7 +103,7 @@ func Start(node *lash.Node, cfg Config) (*Server, error) {
 		handle        func(context.Context, []byte) (any, error)
 		opts          []micro.EndpointOpt
 	}{
-		{EndpointSubmit, `{"session","key","text","decisions","cancel","agent"}`, s.submit, nil},
+		{EndpointSubmit, `{"session","key","text","decisions","cancel","agent","labels"}`, s.submit, nil},
 		{EndpointStatus, `{"session"}`, s.status, nil},
 		{EndpointDecide, `{"session","key","call_id","action","mode","payload"}`, s.decide, nil},
 		{EndpointCancel, `{"session","key"}`, s.cancel, nil},
@@ -440,7 +440,13 @@ func (s *Server) status(ctx context.Context, data []byte) (any, error) {
 	st := &Status{Session: h.Session, Revision: h.Revision, Fence: h.Fence, Turns: h.Turns, LastTurn: h.LastTurn,
 		InputTokens: h.Usage.InputTokens, OutputTokens: h.Usage.OutputTokens, Messages: h.Messages,
 		Inputs: h.Inputs, LastInput: h.LastInput, InputCursor: h.InputCursor, Pending: h.Pending,
-		Suspended: h.Suspended, Applied: s.proj.Applied()}
+		Suspended: h.Suspended, Applied: s.proj.Applied(), Agent: h.Agent}
+	for _, l := range h.Labels {
+		if st.Labels == nil {
+			st.Labels = map[string]string{}
+		}
+		st.Labels[l.Key] = l.Value
+	}
 	if h.Turns > 0 {
 		st.RunStatus = h.Status.String()
 		st.Termination = h.Termination.Reason.String()

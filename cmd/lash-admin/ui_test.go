@@ -199,7 +199,7 @@ func TestConsole(t *testing.T) {
 	a := &admin{t: t, bin: buildAdmin(t, t.TempDir()), url: srv.URL(), cache: t.TempDir()}
 
 	var ans answerJSON
-	a.json(&ans, "send", "s1", "hello", "--wait")
+	a.json(&ans, "send", "s1", "hello", "--wait", "--label", "team=care")
 	a.json(&ans, "send", "s2", "transfer 100 to bob", "--wait")
 	if ans.Status != "waiting" {
 		t.Fatalf("s2 after the transfer: %+v", ans)
@@ -216,6 +216,8 @@ func TestConsole(t *testing.T) {
 	b.screenshot("sessions")
 	b.do(chromedp.Navigate(url + "/#/sessions?state=waiting"))
 	b.until("the state filter keeps s2 alone", `!!document.querySelector('tr[data-session="s2"]') && !document.querySelector('tr[data-session="s1"]')`)
+	b.do(chromedp.Navigate(url + "/#/sessions?label=team%3Dcare"))
+	b.until("the label filter keeps s1 alone", `(() => { const r = document.querySelector('tr[data-session="s1"]'); return !!r && r.textContent.includes("team=care") && r.textContent.includes("default") && !document.querySelector('tr[data-session="s2"]') && !!document.getElementById("label-filter"); })()`)
 	// Pages of one, the latest active first: x (its malformed input came
 	// last), then s2 through the next link.
 	b.do(chromedp.Navigate(url + "/#/sessions?limit=1"))

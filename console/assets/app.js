@@ -72,25 +72,32 @@ function poll(load, ms) {
 
 async function sessionsPage(q) {
   const state = q.get("state") || "";
+  const label = q.get("label") || "";
   const after = q.get("after") || "";
   const limit = q.get("limit") || "50";
   // The links of this page keep its filter and page size.
-  const link = (extra) => "#/sessions?" + new URLSearchParams(Object.assign({}, state ? { state } : {}, limit !== "50" ? { limit } : {}, extra || {}));
+  const link = (extra) => "#/sessions?" + new URLSearchParams(Object.assign({}, state ? { state } : {}, label ? { label } : {}, limit !== "50" ? { limit } : {}, extra || {}));
+  // A label links to the sessions that carry it.
+  const labels = (ls) => Object.entries(ls || {}).map(([k, v]) => h("a", { class: "label", href: "#/sessions?" + new URLSearchParams({ label: k + "=" + v }) }, k + "=" + v));
   const filter = h("select", { id: "state-filter", onchange: (e) => { location.hash = "#/sessions?" + new URLSearchParams(e.target.value ? { state: e.target.value } : {}); } },
     ["", "idle", "running", "waiting", "failed"].map((s) => h("option", { value: s, selected: s === state }, s || "all states")));
   poll(async () => {
     const params = new URLSearchParams({ limit });
     if (state) params.set("state", state);
+    if (label) params.set("label", label);
     if (after) params.set("after", after);
     const d = await api("/sessions?" + params);
     const rows = d.sessions.map((s) => h("tr", { "data-session": s.session },
       td(h("a", { href: "#/sessions/" + enc(s.session) }, s.session), "mono"),
       td(badge(s.state)), td(when(s.active)), td(when(s.created)),
       td(s.turns, "num"), td(s.last_turn, "mono"), td(s.termination.reason || ""),
-      td(s.usage.input_tokens + s.usage.output_tokens, "num"), td(s.pending_inputs, "num"), td(s.suspended, "num")));
+      td(s.usage.input_tokens + s.usage.output_tokens, "num"), td(s.pending_inputs, "num"), td(s.suspended, "num"),
+      td(s.agent ? h("a", { href: "#/agents/" + enc(s.agent.split("@")[0]) }, s.agent) : "default", "mono"), td(h("span", {}, ...labels(s.labels)))));
     const next = d.next ? h("a", { id: "next-page", href: link({ after: d.next }) }, "Next page →") : null;
-    show(h("h1", {}, "Sessions"), h("div", { class: "toolbar" }, filter, after ? h("a", { id: "first-page", href: link() }, "← First page") : null),
-      table(["Session", "State", "Last active", "Created", "Turns", "Last turn", "Termination", "Tokens", "Pending", "Suspended"], rows, "No sessions" + (state ? " in state " + state : "") + "."),
+    show(h("h1", {}, "Sessions"), h("div", { class: "toolbar" }, filter, label ? h("a", { id: "label-filter", href: "#/sessions" }, "label " + label + " ✕") : null,
+      after ? h("a", { id: "first-page", href: link() }, "← First page") : null),
+      table(["Session", "State", "Last active", "Created", "Turns", "Last turn", "Termination", "Tokens", "Pending", "Suspended", "Agent", "Labels"], rows,
+        "No sessions" + (state ? " in state " + state : "") + (label ? " labelled " + label : "") + "."),
       h("p", {}, next));
   });
 }
@@ -119,6 +126,9 @@ async function sessionPage(id) {
     const [s, t, ts] = await Promise.all([api("/sessions/" + enc(id)), api("/sessions/" + enc(id) + "/transcript"), api("/sessions/" + enc(id) + "/turns")]);
     head.replaceChildren(h("dl", { class: "summary" },
       h("dt", {}, "state"), h("dd", { id: "session-state" }, badge(s.state)),
+      h("dt", {}, "agent"), h("dd", { id: "session-agent" }, s.agent || "default"),
+      ...(s.labels ? [h("dt", {}, "labels"), h("dd", {}, Object.entries(s.labels).map(([k, v]) => k + "=" + v).join(", "))] : []),
+      ...(s.parent ? [h("dt", {}, "sub-agent of"), h("dd", {}, h("a", { href: "#/sessions/" + enc(s.parent) }, s.parent), " (process " + s.process + ")")] : []),
       h("dt", {}, "status"), h("dd", {}, s.status + (s.termination.reason ? " · " + s.termination.reason : "")),
       h("dt", {}, "last active"), h("dd", {}, when(s.active)),
       h("dt", {}, "turns"), h("dd", {}, s.turns + (s.last_turn ? " (last " + s.last_turn + ")" : "")),
