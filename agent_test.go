@@ -47,6 +47,29 @@ rule two
   when system contains Version two
   say two answered
 
+rule lead-refused
+  when system contains You lead
+  when tools = 0
+  call spawn_agent {"task":"go rogue","agent":"rogue"}
+
+rule lead-spawn
+  when system contains You lead
+  when tools = 1
+  call spawn_agent {"task":"summarize the logs","agent":"helper","name":"h"}
+
+rule lead-await
+  when system contains You lead
+  when tools = 2
+  call process_await {"process":"h"}
+
+rule lead-done
+  when system contains You lead
+  say lead done
+
+rule helper
+  when system contains You help
+  say helped with the logs
+
 rule spawner-call
   when system contains Spawner
   when tools = 0
@@ -311,6 +334,49 @@ func TestAgentGivesNoToolBeyondItsOwn(t *testing.T) {
 	}
 	if !refused {
 		t.Fatalf("spawn_agent gave a tool the agent does not have: %s", describeTranscript(res[0].Outcome.Messages))
+	}
+}
+
+// spawn_agent starts a sub-agent under an agent the caller's definition
+// names (and refuses one it does not): the sub-agent's session runs that
+// agent, whose instructions reach the model.
+func TestSubAgentUnderNamedAgent(t *testing.T) {
+	r := newRig(t)
+	models := testenv.RunModelServer(t, scripted.MustParse(agentScript))
+	reg := r.runs.registry(t)
+	n := r.node("a", WithTools(reg), WithProviders(providersOf(t, models, "openai")), WithProjection(t.TempDir()))
+	for _, tool := range n.ProcessTools() {
+		if err := reg.Register(tool); err != nil {
+			t.Fatal(err)
+		}
+	}
+	applyAgent(t, n, &agents.Definition{Name: "lead", Instructions: "You lead.", Provider: "openai", Model: "g",
+		Tools: []string{"spawn_agent", "process_await"}, SubAgents: agents.SubAgents{Agents: []string{"helper"}, MaxDepth: 1}})
+	applyAgent(t, n, &agents.Definition{Name: "helper", Instructions: "You help.", Provider: "openai", Model: "h"})
+	ctx, cancel := context.WithCancel(r.ctx)
+	done := make(chan struct{}, 3)
+	go func() { n.Serve(ctx); done <- struct{}{} }()
+	go func() { n.Wake(ctx); done <- struct{}{} }()
+	go func() { _ = n.RunProcesses(ctx); done <- struct{}{} }()
+	t.Cleanup(func() { cancel(); <-done; <-done; <-done })
+	if _, _, err := n.Session("boss").Send(ctx, "k1", Input{Text: "get help", Agent: "lead"}); err != nil {
+		t.Fatal(err)
+	}
+	tr := waitForAnswer(t, n.Session("boss"), "lead done")
+	var refused, helped bool
+	for _, m := range tr {
+		refused = refused || m.Role == turn.RoleTool && strings.Contains(m.Text, `agent "rogue" is not one you may start`)
+		helped = helped || m.Role == turn.RoleTool && m.Text == "helped with the logs"
+	}
+	if !refused || !helped {
+		t.Fatalf("refused %v, helped %v: %s", refused, helped, describeTranscript(tr))
+	}
+	var asked bool
+	for _, rec := range models.Seen() {
+		asked = asked || rec.Request.Model == "h" && systemOf(rec.Request) == "You help."
+	}
+	if !asked {
+		t.Fatal("no request under the helper agent")
 	}
 }
 

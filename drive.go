@@ -20,8 +20,10 @@ import (
 // drive runs one turn: every effect is answered from the journal when it
 // was recorded, and performed and recorded otherwise.
 type drive struct {
-	s        *Session
-	p        *profile
+	s *Session
+	p *profile
+	// agent is the session's agent binding the turn runs under.
+	agent    string
 	turn     string
 	executed int
 	replayed int
@@ -676,6 +678,7 @@ func (d *drive) toolCall(ctx, ectx context.Context, pc turn.PendingCall, cause i
 	tctx := n.toolContext(sctx)
 	if d.p.allow != nil {
 		tctx = tools.WithOffered(tctx, d.p.Tools)
+		tctx = tools.WithAgentPolicy(tctx, tools.AgentPolicy{Agent: d.agent, SubAgents: d.p.SubAgents, MaxDepth: d.p.SubAgentDepth})
 	}
 	res, blocked, err := d.beforeTool(tctx, pc)
 	if err == nil && !blocked {

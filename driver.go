@@ -386,7 +386,7 @@ func (s *Session) runTurn(ctx context.Context, pos sessionlog.Position, st *stat
 	n := s.n
 	id := turnID(t.input.Seq)
 	began := time.Now()
-	d := &drive{s: s, p: t.p, turn: id, cursor: t.input.Seq, inputs: []sessionlog.InputUse{t.use}, fresh: t.fresh}
+	d := &drive{s: s, p: t.p, agent: t.agent, turn: id, cursor: t.input.Seq, inputs: []sessionlog.InputUse{t.use}, fresh: t.fresh}
 	ctx, span := tracerOf(&n.opts).Start(ctx, "lash.turn", trace.WithAttributes(attrSession.String(s.id), attrTurn.String(id),
 		attrNode.String(n.runName), attrAttempt.Int(t.attempt)))
 	defer func() {

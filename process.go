@@ -264,7 +264,7 @@ func (x processExecutor) agentTurn(ctx context.Context, p *processes.Process) (j
 	n := x.n
 	child := p.Registration.Input.Session
 	s := n.Session(child)
-	seq, _, err := s.Send(ctx, agentTaskKey(p.ID), Input{Text: p.Registration.Input.Instructions})
+	seq, _, err := s.Send(ctx, agentTaskKey(p.ID), Input{Text: p.Registration.Input.Instructions, Agent: p.Registration.Input.Agent})
 	if errors.Is(err, ErrBadInput) {
 		return nil, &processes.ExecError{Code: "bad_task", Message: err.Error()}
 	}

@@ -52,6 +52,10 @@ type Settings struct {
 	Tools    []string `json:"tools,omitempty"`
 	// BeforeTool is the agent's hook asked before each tool call.
 	BeforeTool string `json:"before_tool,omitempty"`
+	// SubAgents and SubAgentDepth are the agents spawn_agent may start
+	// from the agent's turns, and how deep.
+	SubAgents     []string `json:"sub_agents,omitempty"`
+	SubAgentDepth int      `json:"sub_agent_depth,omitempty"`
 }
 
 // WithSettingsLabel names the code behind the machine's hooks and backoff,

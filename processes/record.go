@@ -145,6 +145,9 @@ type Input struct {
 	Instructions string   `json:"instructions,omitempty"`
 	Tools        []string `json:"tools,omitzero"`
 	Depth        int      `json:"depth,omitempty"`
+	// Agent is the agent the child session runs ("name" or "name@N";
+	// empty: the deployment's default agent).
+	Agent string `json:"agent,omitempty"`
 	// Tree names the sub-agents started, at any depth, under one turn of
 	// a top-level session, whose budget they share (TreeID, Reserve).
 	Tree string `json:"tree,omitempty"`

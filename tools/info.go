@@ -42,6 +42,31 @@ func Info(ctx context.Context) (CallInfo, bool) {
 	return info, ok
 }
 
+// AgentPolicy is what a turn's agent lets spawn_agent start: sub-agents
+// under the agent itself, or under the agents it names, nested at most
+// MaxDepth deep (0: the runtime's own bound).
+type AgentPolicy struct {
+	// Agent is the calling session's agent ("" for the default agent).
+	Agent     string
+	SubAgents []string
+	MaxDepth  int
+}
+
+type policyKey struct{}
+
+// WithAgentPolicy returns a context carrying the calling turn's agent
+// policy.
+func WithAgentPolicy(ctx context.Context, p AgentPolicy) context.Context {
+	return context.WithValue(ctx, policyKey{}, p)
+}
+
+// AgentPolicyOf is the calling turn's agent policy (the zero policy: the
+// default agent's).
+func AgentPolicyOf(ctx context.Context) AgentPolicy {
+	p, _ := ctx.Value(policyKey{}).(AgentPolicy)
+	return p
+}
+
 type offeredKey struct{}
 
 // WithOffered returns a context saying which tools the calling turn was

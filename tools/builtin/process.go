@@ -202,6 +202,7 @@ func ProcessTools(ps Processes, has func(tool string) bool, list Lister, budget 
 			Task  string   `json:"task" jsonschema:"what the sub-agent is to do, with everything it needs to know"`
 			Tools []string `json:"tools,omitempty" jsonschema:"the tools it may use; all of yours if left out"`
 			Name  string   `json:"name,omitempty" jsonschema:"a name for it, unique in this conversation, to refer to it by"`
+			Agent string   `json:"agent,omitempty" jsonschema:"the agent to run it, one your definition lets you start; yours if left out"`
 		}) (string, error) {
 			info, ok := tools.Info(ctx)
 			if !ok {
@@ -228,6 +229,19 @@ func ProcessTools(ps Processes, has func(tool string) bool, list Lister, budget 
 			if depth > MaxAgentDepth {
 				return "", fmt.Errorf("sub-agents nest at most %d deep", MaxAgentDepth)
 			}
+			// A sub-agent runs under the caller's agent, or under one the
+			// caller's definition names, as deep as it allows.
+			pol := tools.AgentPolicyOf(ctx)
+			agent := pol.Agent
+			if a.Agent != "" {
+				if !slices.Contains(pol.SubAgents, a.Agent) {
+					return "", fmt.Errorf("agent %q is not one you may start (your definition's sub_agents.agents: %q)", a.Agent, pol.SubAgents)
+				}
+				if pol.MaxDepth > 0 && depth > pol.MaxDepth {
+					return "", fmt.Errorf("your sub-agents nest at most %d deep", pol.MaxDepth)
+				}
+				agent = a.Agent
+			}
 			for _, t := range a.Tools {
 				if has != nil && !has(t) {
 					return "", fmt.Errorf("no tool %q", t)
@@ -253,7 +267,7 @@ func ProcessTools(ps Processes, has func(tool string) bool, list Lister, budget 
 			if existing, err := ps.Get(ctx, id); err == nil {
 				// Started under this name before: the same sub-agent (checked
 				// below), which takes no new place.
-				if in := existing.Registration.Input; in.Instructions != a.Task || !slices.Equal(in.Tools, a.Tools) || (in.Tools == nil) != (a.Tools == nil) {
+				if in := existing.Registration.Input; in.Instructions != a.Task || in.Agent != agent || !slices.Equal(in.Tools, a.Tools) || (in.Tools == nil) != (a.Tools == nil) {
 					return "", fmt.Errorf("a sub-agent named %q was started on another task or with other tools", a.Name)
 				}
 				return fmt.Sprintf(`{"process":%q,"status":%q}`, id, existing.Status()), nil
@@ -264,7 +278,7 @@ func ProcessTools(ps Processes, has func(tool string) bool, list Lister, budget 
 				return "", err
 			}
 			reg := processes.Registration{
-				Input:       processes.Input{Kind: processes.SessionTurn, Session: id, Instructions: a.Task, Tools: a.Tools, Depth: depth, Tree: tree},
+				Input:       processes.Input{Kind: processes.SessionTurn, Session: id, Instructions: a.Task, Tools: a.Tools, Depth: depth, Tree: tree, Agent: agent},
 				Disposition: processes.Rerunnable,
 				Provenance:  processes.Provenance{Session: k.Session, Turn: k.Turn, Effect: uint64(k.Effect), Call: k.Call},
 				WakeTarget:  k.Session,
@@ -278,7 +292,7 @@ func ProcessTools(ps Processes, has func(tool string) bool, list Lister, budget 
 				if gerr != nil {
 					return "", gerr
 				}
-				if in := p.Registration.Input; in.Instructions != a.Task || !slices.Equal(in.Tools, a.Tools) || (in.Tools == nil) != (a.Tools == nil) {
+				if in := p.Registration.Input; in.Instructions != a.Task || in.Agent != agent || !slices.Equal(in.Tools, a.Tools) || (in.Tools == nil) != (a.Tools == nil) {
 					return "", fmt.Errorf("a sub-agent named %q was started on another task or with other tools", a.Name)
 				}
 				return fmt.Sprintf(`{"process":%q,"status":%q}`, id, p.Status()), nil
