@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +24,58 @@ import (
 func TestNATSToolDurableWork(t *testing.T) {
 	d := newDeployment(t)
 	tools, _ := d.toolServer()
-	script := "rule propose\n  when user contains propose\n  when tools = 0\n  call ledger_propose {\"entry\":\"pay 5\"}\n\n" +
+	durableToolRun(t, d, tools, "ledger_propose")
+	// A ticket the deployment did not sign writes nothing.
+	enc := base64.RawURLEncoding.EncodeToString
+	forged := "ct1." + enc([]byte("s1")) + "." + enc([]byte("call_1")) + ".bm90LWEtbWFj"
+	var e *nodeapi.Error
+	if _, err := nodeapi.NewClient(d.nc, "lash").Step(t.Context(), forged, "reserve", json.RawMessage(`"x"`)); !errors.As(err, &e) || e.Code != nodeapi.CodeBadRequest {
+		t.Fatalf("a forged ticket: %v", err)
+	}
+}
+
+// The same from JavaScript with the plain NATS client (examples/js-tool):
+// nothing of lash's Go code in the tool. It needs node and npm (and npm's
+// registry, once); LASH_REQUIRE_NODE=1 (set by .ci/run) fails instead of
+// skipping without them.
+func TestJSToolDurableWork(t *testing.T) {
+	node, nerr := exec.LookPath("node")
+	npm, merr := exec.LookPath("npm")
+	if nerr != nil || merr != nil {
+		if os.Getenv("LASH_REQUIRE_NODE") != "" {
+			t.Fatalf("node and npm are required (LASH_REQUIRE_NODE): %v %v", nerr, merr)
+		}
+		t.Skip("node or npm not installed")
+	}
+	dir := t.TempDir()
+	for _, f := range []string{"package.json", "package-lock.json", "tool.mjs"} {
+		b, err := os.ReadFile(filepath.Join("..", "examples", "js-tool", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	install := exec.Command(npm, "ci", "--no-audit", "--no-fund")
+	install.Dir = dir
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("npm ci: %v\n%s", err, out)
+	}
+	d := newDeployment(t)
+	cmd := exec.Command(node, "tool.mjs")
+	cmd.Dir = dir
+	tool := startCmd(t, "js-tool", []string{"NATS_URL=" + d.url}, cmd)
+	tool.waitLine("serving js_propose", 30*time.Second)
+	durableToolRun(t, d, tool, "js_propose")
+}
+
+// durableToolRun has a turn call the durable tool, kills its node while
+// the call is parked on the approval, and resolves the approval for
+// another node to finish: the step ran once.
+func durableToolRun(t *testing.T, d *deployment, tools *proc, name string) {
+	t.Helper()
+	script := "rule propose\n  when user contains propose\n  when tools = 0\n  call " + name + " {\"entry\":\"pay 5\"}\n\n" +
 		"rule done\n  when tool contains approved\n  say done approving\n\ndefault\n  say ok\n"
 	args := []string{"--script", d.file("agent.script", script), "--model", "scripted"}
 	a := d.startNode("node-a", args...)
@@ -45,15 +99,10 @@ func TestNATSToolDurableWork(t *testing.T) {
 		t.Fatalf("the step ran %d times before the kill", n)
 	}
 	d.startNode("node-b", args...)
-	// A ticket the deployment did not sign writes nothing.
-	enc := base64.RawURLEncoding.EncodeToString
-	forged := "ct1." + enc([]byte("s1")) + "." + enc([]byte("call_1")) + ".bm90LWEtbWFj"
-	var e *nodeapi.Error
-	if _, err := nodeapi.NewClient(d.nc, "lash").Step(t.Context(), forged, "reserve", json.RawMessage(`"x"`)); !errors.As(err, &e) || e.Code != nodeapi.CodeBadRequest {
-		t.Fatalf("a forged ticket: %v", err)
-	}
 	id, _, _ := strings.Cut(key, ".")
-	d.nc.Publish("lash.signal.event."+id, []byte(fmt.Sprintf(`{"key":%q,"value":"yes"}`, key)))
+	if err := d.nc.Publish("lash.signal.event."+id, []byte(fmt.Sprintf(`{"key":%q,"value":"yes"}`, key))); err != nil {
+		t.Fatal(err)
+	}
 	if err := d.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
