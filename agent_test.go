@@ -503,3 +503,22 @@ func TestSessionLabels(t *testing.T) {
 		t.Fatalf("labels %+v", h.Labels)
 	}
 }
+
+// A node without an agent's provider leaves its sessions to a live node
+// that has it, which runs them.
+func TestAgentLeftToANodeWithItsProvider(t *testing.T) {
+	r := newRig(t)
+	models := testenv.RunModelServer(t, scripted.MustParse(agentScript))
+	a := r.node("a", WithProviders(providersOf(t, models, "openai")))
+	b := r.node("b", WithProviders(providersOf(t, models, "anthropic")))
+	applyAgent(t, a, &agents.Definition{Name: "research", Instructions: "You are a researcher.", Provider: "anthropic", Model: "c"})
+	if _, _, err := a.Session("r").Send(r.ctx, "k1", Input{Text: "dig", Agent: "research"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Session("r").Run(r.ctx); !errors.Is(err, ErrSettingsMismatch) {
+		t.Fatalf("node a's run: %v, want the session left to a node with the provider", err)
+	}
+	if got := answerOf(t, runUntilFree(t, b.Session("r"))); got != "research answered" {
+		t.Fatalf("node b answered %q", got)
+	}
+}

@@ -78,6 +78,12 @@ func (b *bodySummary) outcomeField(d *msgpack.Decoder) func(string) error {
 					o.Usage.InputTokens, err = d.DecodeInt64()
 				case "o":
 					o.Usage.OutputTokens, err = d.DecodeInt64()
+				case "r":
+					o.Usage.CacheReadTokens, err = d.DecodeInt64()
+				case "w":
+					o.Usage.CacheWriteTokens, err = d.DecodeInt64()
+				case "x":
+					o.Usage.ReasoningTokens, err = d.DecodeInt64()
 				default:
 					err = d.Skip()
 				}
@@ -121,9 +127,19 @@ func encodeTurnInfo(t *TurnInfo) ([]byte, error) {
 		w.str("d", term.Detail)
 	}
 	w.key("use")
-	w.do(e.EncodeMapLen(2))
-	w.int("i", t.Usage.InputTokens)
-	w.int("o", t.Usage.OutputTokens)
+	u := t.Usage
+	w.do(e.EncodeMapLen(2 + b2i(u.CacheReadTokens != 0) + b2i(u.CacheWriteTokens != 0) + b2i(u.ReasoningTokens != 0)))
+	w.int("i", u.InputTokens)
+	w.int("o", u.OutputTokens)
+	if u.CacheReadTokens != 0 {
+		w.int("r", u.CacheReadTokens)
+	}
+	if u.CacheWriteTokens != 0 {
+		w.int("w", u.CacheWriteTokens)
+	}
+	if u.ReasoningTokens != 0 {
+		w.int("x", u.ReasoningTokens)
+	}
 	w.int("it", int64(t.Iterations))
 	w.int("fm", int64(t.FirstMessage))
 	w.int("m", int64(t.Messages))

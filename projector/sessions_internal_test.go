@@ -16,8 +16,8 @@ func TestHandCodecsMatchReflection(t *testing.T) {
 		Status: turn.StatusWaiting, Termination: turn.Termination{Reason: turn.Stopped, Code: "c", Detail: "d"},
 		Messages:  []turn.Message{{Role: turn.RoleUser, Text: "hi"}, {Role: turn.RoleAssistant, ToolCalls: []turn.ToolCall{{ID: "1", Name: "x"}}}},
 		Suspended: []turn.SuspendedCall{{Call: turn.ToolCall{ID: "1", Name: "x"}}},
-		Usage:     turn.Usage{InputTokens: 5, OutputTokens: 7}, Iterations: 3,
-	}})
+		Usage:     turn.Usage{InputTokens: 5, OutputTokens: 7, CacheReadTokens: 4, ReasoningTokens: 2}, Iterations: 3,
+	}, Agent: "support@2", Labels: []sessionlog.Label{{Key: "team", Value: "care"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,14 +27,15 @@ func TestHandCodecsMatchReflection(t *testing.T) {
 	}
 	o := s.Outcome
 	if s.InputCursor != 9 || o.Status != turn.StatusWaiting || o.Termination.Code != "c" || o.Messages != 2 ||
-		o.Suspended != 1 || o.Usage.OutputTokens != 7 || o.Iterations != 3 {
+		o.Suspended != 1 || o.Usage.OutputTokens != 7 || o.Usage.CacheReadTokens != 4 || o.Usage.ReasoningTokens != 2 || o.Iterations != 3 ||
+		s.Agent != "support@2" || len(s.Labels) != 1 || s.Labels[0].Value != "care" {
 		t.Fatalf("summary %+v", s)
 	}
 	if err := s.decode(append(body, 0)); err == nil {
 		t.Fatal("trailing byte accepted")
 	}
 	info := TurnInfo{Turn: "t1", Ordinal: 4, Seq: 99, Hash: [32]byte{1, 2}, Token: 7, Status: turn.StatusDone,
-		Termination: turn.Termination{Reason: turn.NaturalEnd}, Usage: turn.Usage{InputTokens: 1}, Iterations: 2,
+		Termination: turn.Termination{Reason: turn.NaturalEnd}, Usage: turn.Usage{InputTokens: 1, CacheWriteTokens: 3, ReasoningTokens: 8}, Iterations: 2,
 		FirstMessage: 10, Messages: 2, Body: body}
 	hand, err := encodeTurnInfo(&info)
 	if err != nil {

@@ -82,7 +82,7 @@ func newMetrics() *metrics {
 		return v
 	}
 	m.modelCalls = vec("model_calls_total", "Model calls this node made (replays make none), by model.", "model")
-	m.modelTokens = vec("model_tokens_total", "Tokens of the model calls this node made, by model and direction (in: the request, out: the answer).", "model", "direction")
+	m.modelTokens = vec("model_tokens_total", "Tokens of the model calls this node made, by model and direction (in: the request, out: the answer; cache_read, cache_write: the part of in read from or written to the provider's prompt cache; reasoning: the part of out spent reasoning).", "model", "direction")
 	m.modelErrors = vec("model_errors_total", "Model calls that failed, by model and error class (rate_limit, timeout, connection, http_500, ...).", "model", "code")
 	m.toolCalls = vec("tool_calls_total", "Tool calls this node ran, by tool and status (ok, error, pending).", "tool", "status")
 	m.reg.MustRegister(m.turnsAborted, m.turnSeconds, m.effectsExecuted, m.effectsReplayed, m.effectSeconds, m.apiRequests, m.apiSeconds,
@@ -117,6 +117,12 @@ func (m *metrics) observe(ev lash.Event) {
 		}
 		m.modelTokens.WithLabelValues(ev.Model, "in").Add(float64(ev.Usage.InputTokens))
 		m.modelTokens.WithLabelValues(ev.Model, "out").Add(float64(ev.Usage.OutputTokens))
+		// Parts of the above, counted apart only when the provider says.
+		for dir, n := range map[string]int64{"cache_read": ev.Usage.CacheReadTokens, "cache_write": ev.Usage.CacheWriteTokens, "reasoning": ev.Usage.ReasoningTokens} {
+			if n > 0 {
+				m.modelTokens.WithLabelValues(ev.Model, dir).Add(float64(n))
+			}
+		}
 	case lash.EventToolCall:
 		m.toolCalls.WithLabelValues(ev.Tool, ev.Code).Inc()
 	case lash.EventTakeover:
