@@ -100,7 +100,7 @@ func agentSettings(base Settings, r *agents.Record) Settings {
 	d := r.Definition
 	s := base
 	s.Agent, s.Version, s.Provider, s.Tools = d.Name, r.Version, d.Provider, d.Tools
-	s.Model, s.System, s.BeforeTool = d.Model, d.Instructions, d.Hooks.BeforeTool
+	s.Model, s.System, s.BeforeTool, s.AfterTool = d.Model, d.Instructions, d.Hooks.BeforeTool, d.Hooks.AfterTool
 	s.SubAgents, s.SubAgentDepth = d.SubAgents.Agents, d.SubAgents.MaxDepth
 	p := d.Parameters
 	s.Temperature, s.TopP, s.MaxTokens, s.Stop = p.Temperature, p.TopP, p.MaxTokens, p.Stop

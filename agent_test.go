@@ -522,3 +522,55 @@ func TestAgentLeftToANodeWithItsProvider(t *testing.T) {
 		t.Fatalf("node b answered %q", got)
 	}
 }
+
+// A before_tool hook that suspends parks the call for a person; the
+// decision that resumes it is not put to the hook again; an after_tool
+// hook withholds the result from the model.
+func TestHooksSuspendAndWithhold(t *testing.T) {
+	r := newRig(t)
+	models := testenv.RunModelServer(t, scripted.MustParse(agentScript))
+	hooks := r.conn()
+	var mu sync.Mutex
+	asked := map[string]int{}
+	for name, answer := range map[string]string{"gate": `{"verdict":"suspend","reason":"a person must look"}`, "filter": `{"verdict":"block","reason":"secret"}`} {
+		if _, err := hooks.Subscribe("lash.hook."+name, func(m *nats.Msg) {
+			mu.Lock()
+			asked[name]++
+			mu.Unlock()
+			_ = m.Respond([]byte(answer))
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := hooks.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	n := r.node("a", WithProviders(providersOf(t, models, "openai")))
+	applyAgent(t, n, &agents.Definition{Name: "support", Instructions: "You are the support desk.", Provider: "openai", Model: "g",
+		Tools: []string{"weather"}, Hooks: agents.Hooks{BeforeTool: "gate", AfterTool: "filter"}})
+	s := n.Session("g")
+	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "help", Agent: "support"}); err != nil {
+		t.Fatal(err)
+	}
+	res := runUntilFree(t, s)
+	if len(res) != 1 || len(res[0].Outcome.Suspended) != 1 || !strings.Contains(res[0].Outcome.Suspended[0].Ticket.Reason, "hook gate: a person must look") {
+		t.Fatalf("the gate did not suspend the call: %+v", res)
+	}
+	call := res[0].Outcome.Suspended[0].Call.ID
+	if _, _, err := s.Send(r.ctx, "d1", Input{Decisions: []Decision{{ID: "d1", CallID: call, Action: "resume"}}}); err != nil {
+		t.Fatal(err)
+	}
+	res = runUntilFree(t, s)
+	if got := answerOf(t, res); got != "support answered" {
+		t.Fatalf("answered %q", got)
+	}
+	var withheld bool
+	for _, m := range res[0].Outcome.Messages {
+		withheld = withheld || m.Role == turn.RoleTool && m.Text == "result withheld by hook filter: secret"
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !withheld || asked["gate"] != 1 || asked["filter"] != 1 || r.runs.runs["Oslo"] != 1 {
+		t.Fatalf("withheld %v, asked %v, tool runs %v: %s", withheld, asked, r.runs.runs, describeTranscript(res[0].Outcome.Messages))
+	}
+}

@@ -680,9 +680,11 @@ func (d *drive) toolCall(ctx, ectx context.Context, pc turn.PendingCall, cause i
 		tctx = tools.WithOffered(tctx, d.p.Tools)
 		tctx = tools.WithAgentPolicy(tctx, tools.AgentPolicy{Agent: d.agent, SubAgents: d.p.SubAgents, MaxDepth: d.p.SubAgentDepth})
 	}
-	res, blocked, err := d.beforeTool(tctx, pc)
-	if err == nil && !blocked {
-		res, err = n.runner.Invoke(tctx, pc, attempt, inDoubt)
+	res, stopped, err := d.beforeTool(tctx, pc)
+	if err == nil && !stopped {
+		if res, err = n.runner.Invoke(tctx, pc, attempt, inDoubt); err == nil {
+			res, err = d.afterTool(tctx, pc, res)
+		}
 	}
 	if err == nil && res.Status == turn.ToolError {
 		span.SetStatus(codes.Error, "the tool failed")

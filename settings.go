@@ -52,6 +52,7 @@ type Settings struct {
 	Tools    []string `json:"tools,omitempty"`
 	// BeforeTool is the agent's hook asked before each tool call.
 	BeforeTool string `json:"before_tool,omitempty"`
+	AfterTool  string `json:"after_tool,omitempty"`
 	// SubAgents and SubAgentDepth are the agents spawn_agent may start
 	// from the agent's turns, and how deep.
 	SubAgents     []string `json:"sub_agents,omitempty"`

@@ -68,9 +68,13 @@ type Definition struct {
 // Hooks name NATS endpoints (<prefix>.hook.<name>) asked at points of the
 // agent's turns; their answers are journaled with what they decided.
 type Hooks struct {
-	// BeforeTool is asked before each tool call runs: it allows the call
-	// or blocks it with a reason the model reads.
+	// BeforeTool is asked before each tool call runs: it allows the call,
+	// blocks it with a reason the model reads, or suspends it for a
+	// person's decision.
 	BeforeTool string `json:"before_tool,omitempty" yaml:"before_tool,omitempty"`
+	// AfterTool is asked with each call's result before the model reads
+	// it: it allows it, or withholds it with a reason.
+	AfterTool string `json:"after_tool,omitempty" yaml:"after_tool,omitempty"`
 }
 
 // Parameters are the model's sampling parameters; unset ones are the
@@ -183,9 +187,12 @@ func (d *Definition) Check(known func(tool string) bool) error {
 			return bad("tool %q: no such tool on the deployment", t)
 		}
 	}
-	if h := d.Hooks.BeforeTool; h != "" {
+	for field, h := range map[string]string{"before_tool": d.Hooks.BeforeTool, "after_tool": d.Hooks.AfterTool} {
+		if h == "" {
+			continue
+		}
 		if err := tools.CheckName(h); err != nil {
-			return bad("hooks.before_tool %q: %v", clip(h), err)
+			return bad("hooks.%s %q: %v", field, clip(h), err)
 		}
 	}
 	for _, a := range d.SubAgents.Agents {
