@@ -202,7 +202,10 @@ func (n *Node) keepProfile(ctx context.Context, ns nodeSettings, model Model, ve
 	if len(ps.byVer) >= maxProfiles {
 		ps.byVer, ps.byFP = map[string]*profile{}, map[[32]byte]*profile{}
 	}
-	ps.byVer[version], ps.byFP[ns.fingerprint] = p, p
+	if version != "" {
+		ps.byVer[version] = p
+	}
+	ps.byFP[ns.fingerprint] = p
 	ps.mu.Unlock()
 	return p, ns.Settings, nil
 }
@@ -229,7 +232,7 @@ func (n *Node) profileByFingerprint(ctx context.Context, fp []byte) (*profile, *
 		return nil, nil, err
 	}
 	model := n.opts.providers[s.Provider]
-	if s.Agent == "" || model == nil || s.Label != n.settings.Label || s.Hashing != turn.RequestHashing || s.Journal != JournalVersion {
+	if s.Agent == "" || model == nil || code(s) != code(n.settings.Settings) {
 		return nil, &s, nil
 	}
 	ns, err := newNodeSettings(s)
@@ -241,7 +244,9 @@ func (n *Node) profileByFingerprint(ctx context.Context, fp []byte) (*profile, *
 		// they were, never under a fingerprint they did not have.
 		return nil, &s, nil
 	}
-	p, _, err = n.keepProfile(ctx, ns, model, s.Version)
+	// Kept by fingerprint only: another node's base settings may differ
+	// from this one's, and fresh turns here run this node's.
+	p, _, err = n.keepProfile(ctx, ns, model, "")
 	return p, &s, err
 }
 
@@ -254,13 +259,20 @@ type binding struct {
 	// refuse: the input names an agent it cannot, and is consumed with
 	// this reason, the session's binding unchanged.
 	refuse string
-	// fail: the session's agent can run nowhere; its turn fails.
+	// fail: the session's agent is gone; its turn fails.
 	fail *failure
+	// asked is the agent the input named; missing, the settings of the
+	// agent version the turn would run, which this node has no provider
+	// for (runTurns leaves the turn or fails it, once its journal says the
+	// turn did not begin under a version this node runs).
+	asked   string
+	missing *Settings
 }
 
-// inputAgent is the agent an input names, read without the rest of it.
+// inputAgent is the agent an input names. It is read as screen reads the
+// input (JSON keys in any case, escapes), so no spelling binds otherwise.
 func inputAgent(in *sessionlog.Input) string {
-	if in.Decision || !bytes.Contains(in.Data, []byte(`"agent"`)) {
+	if in.Decision {
 		return ""
 	}
 	var v struct {
@@ -275,8 +287,9 @@ func agentName(spec string) string { name, _, _ := strings.Cut(spec, "@"); retur
 
 // bind decides what the turn of input next runs under: the agent it names,
 // or the session's, and that agent's current version (or the pinned one).
-// An agent whose provider no node here has is left to a live node that
-// has it (ErrSettingsMismatch), and fails the turn when none has.
+// Pins come from operators: a pin in an input the deployment did not sign
+// is refused, so a client cannot take its session back to a revision with
+// more tools or fewer hooks.
 func (s *Session) bind(ctx context.Context, st *state, next *sessionlog.Input) (binding, error) {
 	n := s.n
 	b := binding{p: n.def, spec: st.agent}
@@ -289,8 +302,11 @@ func (s *Session) bind(ctx context.Context, st *state, next *sessionlog.Input) (
 			b.refuse = fmt.Sprintf("session %s runs %s; an input cannot move it to agent %s (start another session)",
 				s.id, agentLabel(st.agent), name)
 			return b, nil
+		case strings.Contains(ref, "@") && !n.vouched(*next):
+			b.refuse = fmt.Sprintf("%v: a pin (%s) comes from operators (lash-admin send --agent, Session.Send): the deployment did not sign this input", ErrBadInput, ref)
+			return b, nil
 		}
-		b.spec = ref
+		b.spec, b.asked = ref, ref
 	}
 	if b.spec == "" {
 		return b, nil
@@ -311,16 +327,27 @@ func (s *Session) bind(ctx context.Context, st *state, next *sessionlog.Input) (
 		return b, err
 	}
 	if p == nil {
-		if err := s.leaveTo(ctx, set, nil, next); err != nil {
-			return b, err
-		}
-		b.fail = &failure{code: FailNoProvider, err: fmt.Errorf("agent %s runs on provider %s, which no live node has; this node has %s",
-			r.Ref(), set.Provider, providerList(n.opts.providers, "none"))}
+		b.missing = &set
 		return b, nil
 	}
 	b.p = p
 	return b, nil
 }
+
+// unrunnable ends a turn whose agent version this node has no provider
+// for: left to a live node that has it, or failed when none has.
+func (s *Session) unrunnable(ctx context.Context, set *Settings, next *sessionlog.Input) (*failure, error) {
+	if err := s.leaveTo(ctx, *set, nil, next); err != nil {
+		return nil, err
+	}
+	return &failure{code: FailNoProvider, err: fmt.Errorf("agent %s (version %.12s) runs on provider %s, which no live node has; this node has %s",
+		set.Agent, set.Version, set.Provider, providerList(s.n.opts.providers, "none"))}, nil
+}
+
+// code names what a node's turn settings depend on besides what agents
+// say: the code label and the formats. A node runs an agent version only
+// with the same.
+func code(s Settings) string { return fmt.Sprintf("%s/%d/%d", s.Label, s.Hashing, s.Journal) }
 
 // leaveTo finds a live node that runs settings set (whose fingerprint is
 // fp, when known) and leaves the session to it: ErrSettingsMismatch. It
@@ -333,7 +360,11 @@ func (s *Session) leaveTo(ctx context.Context, set Settings, fp []byte, next *se
 	}
 	want := hex.EncodeToString(fp)
 	for _, h := range nodes {
-		if fp != nil && h.Owner.Settings == want || set.Agent != "" && slices.Contains(strings.Split(h.Owner.Providers, ","), set.Provider) {
+		if h.Owner.ID == n.owner.ID && h.Owner.Incarnation == n.owner.Incarnation {
+			continue // this node cannot: it would leave the session to itself
+		}
+		if fp != nil && h.Owner.Settings == want ||
+			set.Agent != "" && h.Owner.Code == code(set) && slices.Contains(strings.Split(h.Owner.Providers, ","), set.Provider) {
 			n.observe(Event{Kind: EventSettingsMismatch, Session: s.id, Turn: turnID(next.Seq)})
 			what := "settings " + want[:min(len(want), 12)]
 			if set.Agent != "" {

@@ -74,6 +74,7 @@ rule spawner-call
   when system contains Spawner
   when tools = 0
   call spawn_agent {"task":"look outside","tools":["weather"]}
+  call process_start {"tool":"weather","args":{"city":"Oslo"}}
 
 rule spawner
   when system contains Spawner
@@ -308,7 +309,8 @@ func TestAgentWithoutProvider(t *testing.T) {
 	}
 }
 
-// An agent's turn cannot hand a sub-agent a tool its allowlist leaves out.
+// An agent's turn cannot hand a sub-agent a tool its allowlist leaves out,
+// nor run one in the background.
 func TestAgentGivesNoToolBeyondItsOwn(t *testing.T) {
 	r := newRig(t)
 	models := testenv.RunModelServer(t, scripted.MustParse(agentScript))
@@ -320,7 +322,7 @@ func TestAgentGivesNoToolBeyondItsOwn(t *testing.T) {
 		}
 	}
 	applyAgent(t, n, &agents.Definition{Name: "spawner", Instructions: "Spawner.", Provider: "openai", Model: "g",
-		Tools: []string{"spawn_agent"}})
+		Tools: []string{"spawn_agent", "process_start"}})
 	if _, _, err := n.Session("sp").Send(r.ctx, "k1", Input{Text: "go", Agent: "spawner"}); err != nil {
 		t.Fatal(err)
 	}
@@ -328,11 +330,12 @@ func TestAgentGivesNoToolBeyondItsOwn(t *testing.T) {
 	if answerOf(t, res) != "spawned" {
 		t.Fatalf("answered %q", answerOf(t, res))
 	}
-	var refused bool
+	var refused, background bool
 	for _, m := range res[0].Outcome.Messages {
 		refused = refused || m.Role == turn.RoleTool && strings.Contains(m.Text, `tool "weather" is not yours to give`)
+		background = background || m.Role == turn.RoleTool && strings.Contains(m.Text, `no tool "weather" can run in the background: it is not yours`)
 	}
-	if !refused {
+	if !refused || !background {
 		t.Fatalf("spawn_agent gave a tool the agent does not have: %s", describeTranscript(res[0].Outcome.Messages))
 	}
 }
@@ -572,5 +575,42 @@ func TestHooksSuspendAndWithhold(t *testing.T) {
 	defer mu.Unlock()
 	if !withheld || asked["gate"] != 1 || asked["filter"] != 1 || r.runs.runs["Oslo"] != 1 {
 		t.Fatalf("withheld %v, asked %v, tool runs %v: %s", withheld, asked, r.runs.runs, describeTranscript(res[0].Outcome.Messages))
+	}
+}
+
+// A turn begun under a version on a provider the node has ends under it,
+// even when the agent's current version is on a provider the node lacks:
+// the journal decides before the provider does.
+func TestAgentMovedToAnotherProviderMidTurn(t *testing.T) {
+	r := newRig(t)
+	models := testenv.RunModelServer(t, scripted.MustParse(agentScript))
+	providers := providersOf(t, models, "openai")
+	crashed := false
+	var a *Node
+	a = r.node("a", WithProviders(providers), withBoundary(func(name string) error {
+		if strings.HasPrefix(name, "after-record tool ") && !crashed {
+			crashed = true
+			applyAgent(t, a, &agents.Definition{Name: "v", Instructions: "Version two.", Provider: "anthropic", Model: "m"})
+			return errCrash
+		}
+		return nil
+	}))
+	applyAgent(t, a, &agents.Definition{Name: "v", Instructions: "Version one.", Provider: "openai", Model: "m", Tools: []string{"weather"}})
+	if _, _, err := a.Session("u").Send(r.ctx, "k1", Input{Text: "go", Agent: "v"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Session("u").Run(r.ctx); !errors.Is(err, errCrash) {
+		t.Fatalf("run: %v, want the crash", err)
+	}
+	b := r.node("b", WithProviders(providers))
+	if got := answerOf(t, runUntilFree(t, b.Session("u"))); got != "one answered" {
+		t.Fatalf("answered %q", got)
+	}
+	// The next turn is version two's, on a provider no node has: failed.
+	if _, _, err := b.Session("u").Send(r.ctx, "k2", Input{Text: "again"}); err != nil {
+		t.Fatal(err)
+	}
+	if res := runUntilFree(t, b.Session("u")); len(res) != 1 || res[0].Outcome.Termination.Code != FailNoProvider {
+		t.Fatalf("the next turn: %+v", res)
 	}
 }

@@ -683,7 +683,9 @@ func (d *drive) toolCall(ctx, ectx context.Context, pc turn.PendingCall, cause i
 	res, stopped, err := d.beforeTool(tctx, pc)
 	if err == nil && !stopped {
 		if res, err = n.runner.Invoke(tctx, pc, attempt, inDoubt); err == nil {
-			res, err = d.afterTool(tctx, pc, res)
+			// The call ran: a cancel now must not lose its result, so the
+			// hook is asked under the run's context, not the call's.
+			res, err = d.afterTool(ctx, pc, res)
 		}
 	}
 	if err == nil && res.Status == turn.ToolError {

@@ -202,7 +202,17 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 				return nil, st.cursor, err
 			}
 			if p != nil {
-				b.p, b.fail = p, nil
+				// The turn began under a version this node runs: it ends
+				// under it, whatever became of its agent since.
+				b.p, b.fail, b.missing = p, nil, nil
+				if b.refuse != "" && b.asked != "" && p.Agent == agentName(b.asked) {
+					b.refuse, b.spec = "", b.asked
+				}
+			}
+		}
+		if f == nil && b.missing != nil && b.refuse == "" {
+			if f, err = s.unrunnable(ctx, b.missing, next); err != nil {
+				return nil, st.cursor, err
 			}
 		}
 		if f == nil {
@@ -272,13 +282,20 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 		if b, err = s.bind(ctx, st, next); err != nil {
 			return results, st.cursor, err
 		}
+		// The next turn is fresh: this run committed the last one.
+		f = b.fail
+		if f == nil && b.missing != nil && b.refuse == "" {
+			if f, err = s.unrunnable(ctx, b.missing, next); err != nil {
+				return results, st.cursor, err
+			}
+		}
 		// Going on: the fence says a run began the next turn, so that
 		// whoever runs it after a crash reads what this run recorded.
 		if pos, err = b.p.log.Refence(ctx, pos, n.runName); err != nil {
 			return results, st.cursor, err
 		}
 		st.fenced(pos.Seq(), pos.Token(), n.runName)
-		attempt, f, recorded, fresh = 1, b.fail, nil, true
+		attempt, recorded, fresh = 1, nil, true
 	}
 	return results, st.cursor, nil
 }
@@ -324,8 +341,8 @@ func (s *Session) checkSettings(ctx context.Context, next *sessionlog.Input, wan
 	}
 	p, set, err := n.profileByFingerprint(ctx, other)
 	switch {
-	case errors.Is(err, streams.ErrNotFound) || errors.Is(err, ErrBadInput):
-		set = &Settings{} // settings no node stored: none runs them
+	case errors.Is(err, streams.ErrNotFound) || errors.Is(err, ErrBadInput) || errors.Is(err, streams.ErrCorrupt) || errors.Is(err, streams.ErrTooLarge):
+		set = &Settings{} // settings no node can read: none runs them
 	case err != nil:
 		return nil, nil, nil, err
 	case p != nil:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -37,7 +38,13 @@ type HookRequest struct {
 	Arguments string `json:"arguments"`
 	Status    string `json:"status,omitempty"`
 	Result    string `json:"result,omitempty"`
+	// Truncated: Result holds the first MaxHookResult bytes of it.
+	Truncated bool `json:"truncated,omitempty"`
 }
+
+// MaxHookResult bounds the result an after_tool hook is shown, within
+// NATS's message size.
+const MaxHookResult = 256 << 10
 
 // HookAnswer is a hook's answer: verdict "allow" or "block" (and, before a
 // tool, "suspend": the call waits for a person's decision), with the
@@ -119,8 +126,11 @@ func (d *drive) afterTool(ctx context.Context, pc turn.PendingCall, res turn.Too
 	if res.Status == turn.ToolError {
 		status = "error"
 	}
-	a, err := d.askHook(ctx, name, HookRequest{Hook: "after_tool", CallID: pc.Call.ID, Tool: pc.Call.Name, Arguments: pc.Call.Arguments,
-		Status: status, Result: res.Output}, "suspend")
+	q := HookRequest{Hook: "after_tool", CallID: pc.Call.ID, Tool: pc.Call.Name, Arguments: pc.Call.Arguments, Status: status, Result: res.Output}
+	if len(q.Result) > MaxHookResult {
+		q.Result, q.Truncated = strings.ToValidUTF8(q.Result[:MaxHookResult], ""), true
+	}
+	a, err := d.askHook(ctx, name, q, "suspend")
 	if err != nil || a.Verdict == "allow" {
 		return res, err
 	}

@@ -275,7 +275,7 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 	n.log = sessionlog.New(c, sessionlog.WithBlobs(turnBlobs(n.blobs)), sessionlog.WithSettings(fp))
 	n.owner = leases.LocalOwner(o.nodeID)
 	n.owner.Settings = n.settings.hex()
-	n.owner.Providers = providerList(o.providers, "")
+	n.owner.Providers, n.owner.Code = providerList(o.providers, ""), code(n.settings.Settings)
 	// Journal records and fences name the node and its incarnation, so an
 	// operator tells what a restarted node replayed from what it ran.
 	n.runName = o.nodeID + "/" + n.owner.Incarnation

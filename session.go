@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/lash-run/lash/agents"
 	"github.com/lash-run/lash/blobs"
@@ -72,7 +73,7 @@ func (s *Session) Send(ctx context.Context, key string, in Input) (seq uint64, d
 	if in.Agent != "" {
 		// Named agents are checked before the append: a name with no
 		// agent behind it writes nothing.
-		if _, err := n.lookupAgent(ctx, in.Agent); errors.Is(err, agents.ErrNotFound) {
+		if _, err := n.lookupAgent(ctx, in.Agent); errors.Is(err, agents.ErrNotFound) || errors.Is(err, agents.ErrInvalid) {
 			return 0, false, fmt.Errorf("%w: no agent %s on the deployment (lash-admin agents ls)", ErrBadInput, in.Agent)
 		} else if err != nil {
 			return 0, false, err
@@ -90,9 +91,9 @@ func (s *Session) Send(ctx context.Context, key string, in Input) (seq uint64, d
 			for _, c := range st.suspended {
 				known = known || c.Call.ID == d.CallID
 			}
-			if !known && n.opts.machine.DecisionWait > 0 {
+			if !known {
 				// A running turn may hold the call parked in its decision
-				// wait, committed nowhere yet.
+				// wait (the node's or its agent's), committed nowhere yet.
 				if known, err = sessionRunning(ctx, n.leases, s.id); err != nil {
 					return 0, false, err
 				}
@@ -106,7 +107,8 @@ func (s *Session) Send(ctx context.Context, key string, in Input) (seq uint64, d
 	switch {
 	case in.Decides():
 		appendTo = n.log.AppendDecision
-	case in.Notice != "":
+	case in.Notice != "" || strings.Contains(in.Agent, "@"):
+		// Notices and pins come from nodes and operators: signed.
 		appendTo = func(ctx context.Context, session, key string, data []byte) (uint64, bool, error) {
 			return n.log.AppendVouched(ctx, session, key, data, n.client.Vouch)
 		}

@@ -149,7 +149,7 @@ func LoadSettings(ctx context.Context, store interface {
 	}
 	var s Settings
 	if err := json.Unmarshal(data, &s); err != nil {
-		return Settings{}, fmt.Errorf("lash: settings %s: %w", fp[:12], err)
+		return Settings{}, fmt.Errorf("%w: settings %s: %v", ErrBadInput, fp[:12], err)
 	}
 	return s, nil
 }

@@ -89,6 +89,9 @@ func (n *Node) TicketStep(ctx context.Context, ticket, id string, value json.Raw
 	if !json.Valid(value) {
 		return nil, false, fmt.Errorf("%w: step %q: the value is not JSON", ErrBadInput, id)
 	}
+	if len(value) > MaxStepBytes {
+		return nil, false, fmt.Errorf("%w: step %q: a value of %d bytes, at most %d", ErrBadInput, id, len(value), MaxStepBytes)
+	}
 	v, err := durable{n}.Step(tctx, id, func(context.Context) (any, error) { return value, nil })
 	return v, err == nil, err
 }

@@ -106,8 +106,16 @@ func TestAgentsOnANode(t *testing.T) {
 	}
 	d.send("u", "k2", []byte(`{"text":"again"}`))
 	d.waitAnswer("u", "two answered")
-	d.send("p", "k1", []byte(`{"text":"go","agent":"v@1"}`))
+	// Pins come from operators: lash-admin's is signed; a client's raw
+	// publish of one is consumed refused, without a turn.
+	var pinned struct {
+		Seq uint64 `json:"seq"`
+	}
+	d.admin(&pinned, "send", "--agent", "v@1", "p", "go")
 	d.waitAnswer("p", "one answered")
+	if n := d.consumed("q", d.send("q", "k1", []byte(`{"text":"go","agent":"v@1"}`))); n != 0 {
+		t.Fatalf("a client's pin ran %d turns", n)
+	}
 
 	base := []string{"--nats", d.url, "--cache", filepath.Join(d.dir, "admin-cache")}
 	out, errOut, code := run(t, "lash-admin", append(base, "verify", "u")...)

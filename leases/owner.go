@@ -23,6 +23,9 @@ type Owner struct {
 	// separated, so a node tells whether a live node can run an agent it
 	// cannot.
 	Providers string `msgpack:"m,omitempty"`
+	// Code names the node's code label and formats, which an agent
+	// version's settings carry too (lash's code(Settings)).
+	Code string `msgpack:"c,omitempty"`
 }
 
 // LocalOwner describes this process as node id, with a fresh incarnation.

@@ -60,6 +60,9 @@ type EventAnswer struct {
 	Pending string          `json:"pending,omitempty"`
 }
 
+// maxEventWaitMS bounds an event wait's timeout: a year.
+const maxEventWaitMS = 366 * 24 * 3600 * 1000
+
 func ticketError(err error) error {
 	if errors.Is(err, lash.ErrBadTicket) {
 		return badRequest("%v", err)
@@ -96,8 +99,8 @@ func (s *Server) awaitEvent(ctx context.Context, data []byte) (any, error) {
 	if err := s.decode(data, &req, false); err != nil {
 		return nil, err
 	}
-	if req.TimeoutMS < 0 {
-		return nil, badRequest("timeout_ms %d: must not be negative", req.TimeoutMS)
+	if req.TimeoutMS < 0 || req.TimeoutMS > maxEventWaitMS {
+		return nil, badRequest("timeout_ms %d: 0 (none) to %d", req.TimeoutMS, maxEventWaitMS)
 	}
 	v, pending, err := s.node.TicketAwaitEvent(ctx, req.Ticket, req.Name, time.Duration(req.TimeoutMS)*time.Millisecond)
 	switch {

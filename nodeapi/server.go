@@ -403,6 +403,9 @@ func (s *Server) submitMessage(ctx context.Context, data []byte) (any, error) {
 	if req.input().Decides() {
 		return nil, badRequest("decisions and cancels go to the session's decide and cancel endpoints, not submit")
 	}
+	if strings.Contains(req.Agent, "@") {
+		return nil, badRequest("a pin (%s) comes from operators: a session's own submit names an agent by its name only", req.Agent)
+	}
 	return s.send(ctx, req.Session, req.Key, req.input())
 }
 

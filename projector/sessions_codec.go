@@ -107,7 +107,7 @@ func encodeTurnInfo(t *TurnInfo) ([]byte, error) {
 	defer msgpack.PutEncoder(e)
 	e.Reset(&buf)
 	w := fieldWriter{e: e}
-	w.err = e.EncodeMapLen(12)
+	w.err = e.EncodeMapLen(12 + b2i(len(t.Settings) > 0) + b2i(t.ByRef))
 	w.str("t", t.Turn)
 	w.int("n", int64(t.Ordinal))
 	w.uint("s", t.Seq)
@@ -148,6 +148,14 @@ func encodeTurnInfo(t *TurnInfo) ([]byte, error) {
 		w.do(e.EncodeNil())
 	} else if w.err == nil {
 		buf.Write(t.Body) // already msgpack
+	}
+	if len(t.Settings) > 0 {
+		w.key("v")
+		w.do(e.EncodeBytes(t.Settings))
+	}
+	if t.ByRef {
+		w.key("r")
+		w.do(e.EncodeBool(true))
 	}
 	return buf.Bytes(), w.err
 }

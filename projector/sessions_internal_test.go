@@ -36,7 +36,7 @@ func TestHandCodecsMatchReflection(t *testing.T) {
 	}
 	info := TurnInfo{Turn: "t1", Ordinal: 4, Seq: 99, Hash: [32]byte{1, 2}, Token: 7, Status: turn.StatusDone,
 		Termination: turn.Termination{Reason: turn.NaturalEnd}, Usage: turn.Usage{InputTokens: 1, CacheWriteTokens: 3, ReasoningTokens: 8}, Iterations: 2,
-		FirstMessage: 10, Messages: 2, Body: body}
+		FirstMessage: 10, Messages: 2, Body: body, Settings: bytes.Repeat([]byte{7}, 32), ByRef: true}
 	hand, err := encodeTurnInfo(&info)
 	if err != nil {
 		t.Fatal(err)

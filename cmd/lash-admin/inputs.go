@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -163,6 +164,12 @@ func (a *app) appendChecked(id string) (appendJSON, error) {
 		key = ulid.Make().String()
 	}
 	subject, appendTo := a.client.Subjects().SessionInputs, sessionlog.New(a.client).AppendInput
+	if strings.Contains(a.input.Agent, "@") {
+		// A pin comes from operators: signed, as nodes sign notices.
+		appendTo = func(ctx context.Context, session, key string, data []byte) (uint64, bool, error) {
+			return sessionlog.New(a.client).AppendVouched(ctx, session, key, data, a.client.Vouch)
+		}
+	}
 	if a.input.Decides() {
 		subject, appendTo = a.client.Subjects().SessionDecisions, sessionlog.New(a.client).AppendDecision
 	}

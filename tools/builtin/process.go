@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/lash-run/lash/processes"
 	"github.com/lash-run/lash/tools"
@@ -114,6 +115,9 @@ func ProcessTools(ps Processes, has func(tool string) bool, list Lister, budget 
 				return "", err
 			} else if agent != nil && agent.Registration.Input.Tools != nil && !slices.Contains(agent.Registration.Input.Tools, a.Tool) {
 				return "", fmt.Errorf("no tool %q can run in the background", a.Tool)
+			}
+			if offered, limited := tools.Offered(ctx); limited && !slices.Contains(offered, a.Tool) {
+				return "", fmt.Errorf("no tool %q can run in the background: it is not yours", a.Tool)
 			}
 			args := json.RawMessage(`{}`)
 			if len(a.Args) > 0 {
@@ -224,7 +228,13 @@ func ProcessTools(ps Processes, has func(tool string) bool, list Lister, budget 
 					a.Tools = parent.Registration.Input.Tools // never more than its own
 				}
 			} else if limited && a.Tools == nil {
-				a.Tools = slices.Clone(offered) // an agent's allowlist: never more
+				// An agent's allowlist, as far as the node serves it: never more.
+				a.Tools = []string{}
+				for _, t := range offered {
+					if has == nil || has(t) {
+						a.Tools = append(a.Tools, t)
+					}
+				}
 			}
 			if depth > MaxAgentDepth {
 				return "", fmt.Errorf("sub-agents nest at most %d deep", MaxAgentDepth)
@@ -233,21 +243,22 @@ func ProcessTools(ps Processes, has func(tool string) bool, list Lister, budget 
 			// caller's definition names, as deep as it allows.
 			pol := tools.AgentPolicyOf(ctx)
 			agent := pol.Agent
-			if a.Agent != "" {
+			own, _, _ := strings.Cut(pol.Agent, "@")
+			if a.Agent != "" && a.Agent != own {
 				if !slices.Contains(pol.SubAgents, a.Agent) {
 					return "", fmt.Errorf("agent %q is not one you may start (your definition's sub_agents.agents: %q)", a.Agent, pol.SubAgents)
 				}
-				if pol.MaxDepth > 0 && depth > pol.MaxDepth {
-					return "", fmt.Errorf("your sub-agents nest at most %d deep", pol.MaxDepth)
-				}
 				agent = a.Agent
+			}
+			if pol.MaxDepth > 0 && depth > pol.MaxDepth {
+				return "", fmt.Errorf("your sub-agents nest at most %d deep", pol.MaxDepth)
 			}
 			for _, t := range a.Tools {
 				if has != nil && !has(t) {
 					return "", fmt.Errorf("no tool %q", t)
 				}
 				if parent != nil && parent.Registration.Input.Tools != nil && !slices.Contains(parent.Registration.Input.Tools, t) ||
-					parent == nil && limited && !slices.Contains(offered, t) {
+					limited && !slices.Contains(offered, t) {
 					return "", fmt.Errorf("tool %q is not yours to give", t)
 				}
 			}
