@@ -294,19 +294,15 @@ func (s *Session) bind(ctx context.Context, st *state, next *sessionlog.Input) (
 	n := s.n
 	b := binding{p: n.def, spec: st.agent}
 	if ref := inputAgent(next); ref != "" {
-		name, err := agents.CheckRef(ref)
-		switch {
-		case err != nil:
-			return b, nil // screen refuses it
-		case st.turns > 0 && name != agentName(st.agent):
-			b.refuse = fmt.Sprintf("session %s runs %s; an input cannot move it to agent %s (start another session)",
-				s.id, agentLabel(st.agent), name)
-			return b, nil
-		case strings.Contains(ref, "@") && !n.vouched(*next):
-			b.refuse = fmt.Sprintf("%v: a pin (%s) comes from operators (lash-admin send --agent, Session.Send): the deployment did not sign this input", ErrBadInput, ref)
+		if _, err := agents.CheckRef(ref); err != nil {
+			return b, nil // screen refuses the input, saying why
+		}
+		var why string
+		if b.spec, why = agents.Bind(st.agent, ref, st.turns, n.vouched(*next)); why != "" {
+			b.refuse = fmt.Sprintf("%v: session %s: %s", ErrBadInput, s.id, why)
 			return b, nil
 		}
-		b.spec, b.asked = ref, ref
+		b.asked = ref
 	}
 	if b.spec == "" {
 		return b, nil
@@ -375,13 +371,6 @@ func (s *Session) leaveTo(ctx context.Context, set Settings, fp []byte, next *se
 		}
 	}
 	return nil
-}
-
-func agentLabel(spec string) string {
-	if spec == "" {
-		return "the deployment's default agent"
-	}
-	return "agent " + spec
 }
 
 // providerList names the providers, sorted, comma separated; none when
