@@ -101,6 +101,9 @@ func TestMCPToolsOverHTTP(t *testing.T) {
 	if !got || count(t, calls, "ledger_append h1/") != 1 {
 		t.Fatalf("the MCP call over HTTP: %+v", tr)
 	}
+	if count(t, calls, "ticket=true") != 1 {
+		t.Fatal("the call's ticket did not reach the server in _meta (lash/call_ticket)")
+	}
 	// lash-admin learns the node's MCP tools: an agent may name one.
 	var ap struct {
 		Agents []struct {

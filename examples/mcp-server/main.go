@@ -65,7 +65,8 @@ func run(ctx context.Context, args []string) error {
 			return
 		}
 		defer f.Close()
-		fmt.Fprintf(f, "%s %v\n", tool, meta[`lash/idempotency_key`])
+		_, ticket := meta[`lash/call_ticket`].(string)
+		fmt.Fprintf(f, "%s %v ticket=%t\n", tool, meta[`lash/idempotency_key`], ticket)
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "lash-ledger", Version: "1.0.0"}, nil)
 	mcp.AddTool(s, &mcp.Tool{Name: "ledger_append", Description: "Append an entry to the ledger. Each call appends at most once, even when retried."},

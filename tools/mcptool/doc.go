@@ -4,7 +4,8 @@
 // after it exited) or streamable HTTP (with headers that are never logged
 // or journaled), and lists its tools as <server>__<tool>. A call carries
 // lash's idempotency key, attempt and in-doubt flag in the request's _meta
-// (MetaIdempotencyKey, MetaAttempt, MetaInDoubt). Everything that fails
+// (MetaIdempotencyKey, MetaAttempt, MetaInDoubt), and the call's ticket for
+// durable work through the node API (MetaCallTicket). Everything that fails
 // (an unreachable server, a process gone mid-call, a result over
 // Server.MaxResultBytes) is a failed call the model reads; the end of the
 // call's context is left to the tools.Runner, which records its timeout.

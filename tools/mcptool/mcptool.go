@@ -27,6 +27,10 @@ const (
 	MetaIdempotencyKey = "lash/idempotency_key"
 	MetaAttempt        = "lash/attempt"
 	MetaInDoubt        = "lash/in_doubt"
+	// MetaCallTicket is the call's ticket (tools.CallTicket): with it the
+	// server records steps and awaits events through the node API, as
+	// tools served over NATS do.
+	MetaCallTicket = "lash/call_ticket"
 )
 
 // DefaultMaxResultBytes bounds a tool result's text when
@@ -275,6 +279,9 @@ func (t *tool) Call(ctx context.Context, args json.RawMessage) (tools.Result, er
 		meta[MetaIdempotencyKey] = info.IdempotencyKey()
 		meta[MetaAttempt] = info.Attempt
 		meta[MetaInDoubt] = info.InDoubt
+		if ticket, err := tools.CallTicket(ctx); err == nil {
+			meta[MetaCallTicket] = ticket
+		}
 	}
 	c, err := t.src.connect(ctx)
 	if err != nil {
