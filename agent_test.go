@@ -81,6 +81,34 @@ rule spawner
   say spawned
 `
 
+// crashMidTurn begins session u's first turn under version one of agent v
+// (OpenAI's API) on a node that applies next once the turn's tool call is
+// recorded and crashes there. It returns the providers for the node that
+// finishes the turn, and version one's record.
+func crashMidTurn(t *testing.T, r *rig, next *agents.Definition) (map[string]Model, *agents.Record) {
+	t.Helper()
+	models := testenv.RunModelServer(t, scripted.MustParse(agentScript))
+	providers := providersOf(t, models, "openai")
+	crashed := false
+	var a *Node
+	a = r.node("a", WithProviders(providers), withBoundary(func(name string) error {
+		if strings.HasPrefix(name, "after-record tool ") && !crashed {
+			crashed = true
+			applyAgent(t, a, next)
+			return errCrash
+		}
+		return nil
+	}))
+	v1 := applyAgent(t, a, &agents.Definition{Name: "v", Instructions: "Version one.", Provider: "openai", Model: "m", Tools: []string{"weather"}})
+	if _, _, err := a.Session("u").Send(r.ctx, "k1", Input{Text: "go", Agent: "v"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Session("u").Run(r.ctx); !errors.Is(err, errCrash) {
+		t.Fatalf("run: %v, want the crash", err)
+	}
+	return providers, v1
+}
+
 // providersOf are the providers of a node: OpenAI's and Anthropic's APIs,
 // both spoken by the test model server s.
 func providersOf(t *testing.T, s *testenv.ModelServer, kinds ...string) map[string]Model {
@@ -207,28 +235,7 @@ func TestAgentsShareANode(t *testing.T) {
 // stays on its own. verify replays every turn under its recorded settings.
 func TestAgentUpdatedMidTurn(t *testing.T) {
 	r := newRig(t)
-	models := testenv.RunModelServer(t, scripted.MustParse(agentScript))
-	providers := providersOf(t, models, "openai")
-	crashed := false
-	var a *Node
-	a = r.node("a", WithProviders(providers), withBoundary(func(name string) error {
-		if name == "after-record tool" || strings.HasPrefix(name, "after-record tool ") {
-			if !crashed {
-				crashed = true
-				applyAgent(t, a, &agents.Definition{Name: "v", Instructions: "Version two.", Provider: "openai", Model: "m"})
-				return errCrash
-			}
-		}
-		return nil
-	}))
-	v1 := applyAgent(t, a, &agents.Definition{Name: "v", Instructions: "Version one.", Provider: "openai", Model: "m",
-		Tools: []string{"weather"}})
-	if _, _, err := a.Session("u").Send(r.ctx, "k1", Input{Text: "go", Agent: "v"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Session("u").Run(r.ctx); !errors.Is(err, errCrash) {
-		t.Fatalf("run: %v, want the crash", err)
-	}
+	providers, v1 := crashMidTurn(t, r, &agents.Definition{Name: "v", Instructions: "Version two.", Provider: "openai", Model: "m"})
 	b := r.node("b", WithProviders(providers))
 	if got := answerOf(t, runUntilFree(t, b.Session("u"))); got != "one answered" {
 		t.Fatalf("the turn begun under version one answered %q", got)
@@ -583,25 +590,7 @@ func TestHooksSuspendAndWithhold(t *testing.T) {
 // the journal decides before the provider does.
 func TestAgentMovedToAnotherProviderMidTurn(t *testing.T) {
 	r := newRig(t)
-	models := testenv.RunModelServer(t, scripted.MustParse(agentScript))
-	providers := providersOf(t, models, "openai")
-	crashed := false
-	var a *Node
-	a = r.node("a", WithProviders(providers), withBoundary(func(name string) error {
-		if strings.HasPrefix(name, "after-record tool ") && !crashed {
-			crashed = true
-			applyAgent(t, a, &agents.Definition{Name: "v", Instructions: "Version two.", Provider: "anthropic", Model: "m"})
-			return errCrash
-		}
-		return nil
-	}))
-	applyAgent(t, a, &agents.Definition{Name: "v", Instructions: "Version one.", Provider: "openai", Model: "m", Tools: []string{"weather"}})
-	if _, _, err := a.Session("u").Send(r.ctx, "k1", Input{Text: "go", Agent: "v"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Session("u").Run(r.ctx); !errors.Is(err, errCrash) {
-		t.Fatalf("run: %v, want the crash", err)
-	}
+	providers, _ := crashMidTurn(t, r, &agents.Definition{Name: "v", Instructions: "Version two.", Provider: "anthropic", Model: "m"})
 	b := r.node("b", WithProviders(providers))
 	if got := answerOf(t, runUntilFree(t, b.Session("u"))); got != "one answered" {
 		t.Fatalf("answered %q", got)
