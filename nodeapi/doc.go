@@ -15,7 +15,15 @@
 //	process_status {"id"}                                 -> the process
 //	process_cancel {"id","reason"}                        -> the process, cancel requested
 //	process_await  {"id","timeout_ms"}                    -> the process once it ended, or at the timeout
+//	step        {"ticket","id","value"}                   -> {"recorded","value"}
+//	event_key   {"ticket","name"}                         -> {"key"}
+//	await_event {"ticket","name","timeout_ms"}            -> {"status","value","pending"}
 //
+// step, event_key and await_event are a tool's durable work, for tools
+// served outside the node (over NATS or MCP): the ticket its call's request
+// carries names the call (lash.ErrBadTicket for one the deployment did not
+// sign); see durable.go. On a session's own subject submit names an agent
+// by its name only: a pin ("name@N") comes from operators.
 // submit, status, decide, cancel and live are also served per session, on
 // <prefix>.api.sess.<session>.<endpoint> (SessionSubject; the session as a
 // subject token). The session comes from the subject: a request may omit
