@@ -8,6 +8,7 @@ import (
 	"github.com/lash-run/lash"
 	"github.com/lash-run/lash/agents"
 	"github.com/lash-run/lash/provider/scripted"
+	"github.com/lash-run/lash/turn"
 )
 
 // agentSamples is the fewest samples AgentTurn takes.
@@ -23,7 +24,10 @@ func AgentTurn(ctx context.Context, e *Env, n int) (Result, error) {
 	n = max(n, agentSamples)
 	script := loopScript(1)
 	model := scripted.NewModel(scripted.MustParse(script))
-	node, nc, err := e.node("agents", script, lash.WithProviders(map[string]lash.Model{"openai": model}))
+	// The default agent asks what the named one asks: the same prompt, so
+	// that what differs is the binding alone.
+	node, nc, err := e.node("agents", script, lash.WithProviders(map[string]lash.Model{"openai": model}),
+		lash.WithMachine(turn.Config{Model: "scripted", System: "You are measured."}))
 	if err != nil {
 		return Result{}, err
 	}
