@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -269,34 +268,16 @@ type binding struct {
 	missing *Settings
 }
 
-// inputAgent is the agent an input names. It is read as screen reads the
-// input (JSON keys in any case, escapes), so no spelling binds otherwise.
-func inputAgent(in *sessionlog.Input) string {
-	if in.Decision {
-		return ""
-	}
-	var v struct {
-		Agent string `json:"agent"`
-	}
-	_ = json.Unmarshal(in.Data, &v) // an unreadable input is refused by screen
-	return v.Agent
-}
-
-// agentName is the agent a binding names ("" for the default agent).
-func agentName(spec string) string { name, _, _ := strings.Cut(spec, "@"); return name }
-
 // bind decides what the turn of input next runs under: the agent it names,
 // or the session's, and that agent's current version (or the pinned one).
 // Pins come from operators: a pin in an input the deployment did not sign
 // is refused, so a client cannot take its session back to a revision with
 // more tools or fewer hooks.
-func (s *Session) bind(ctx context.Context, st *state, next *sessionlog.Input) (binding, error) {
+// An input screen did not take binds nothing: it starts no turn.
+func (s *Session) bind(ctx context.Context, st *state, next *sessionlog.Input, first screened) (binding, error) {
 	n := s.n
 	b := binding{p: n.def, spec: st.agent}
-	if ref := inputAgent(next); ref != "" {
-		if _, err := agents.CheckRef(ref); err != nil {
-			return b, nil // screen refuses the input, saying why
-		}
+	if ref := first.in.Agent; first.take && ref != "" {
 		var why string
 		if b.spec, why = agents.Bind(st.agent, ref, st.turns, n.vouched(*next)); why != "" {
 			b.refuse = fmt.Sprintf("%v: session %s: %s", ErrBadInput, s.id, why)

@@ -423,6 +423,33 @@ func TestAgentTurnCostsNoRoundTrip(t *testing.T) {
 	}
 }
 
+// serveHook answers the hook name on its subject with answer; it returns
+// what the hook was asked so far.
+func serveHook(t *testing.T, r *rig, name, answer string) func() []HookRequest {
+	t.Helper()
+	nc := r.conn()
+	var mu sync.Mutex
+	var asked []HookRequest
+	if _, err := nc.Subscribe("lash.hook."+name, func(m *nats.Msg) {
+		var req HookRequest
+		_ = json.Unmarshal(m.Data, &req)
+		mu.Lock()
+		asked = append(asked, req)
+		mu.Unlock()
+		_ = m.Respond([]byte(answer))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return func() []HookRequest {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(asked)
+	}
+}
+
 // An agent's before_tool hook, served over NATS, blocks a tool call: the
 // block is the call's recorded outcome, so the node that finishes the turn
 // after a crash replays it and does not ask the hook again; the tool never
@@ -430,22 +457,7 @@ func TestAgentTurnCostsNoRoundTrip(t *testing.T) {
 func TestHookBlocksToolCall(t *testing.T) {
 	r := newRig(t)
 	models := testenv.RunModelServer(t, scripted.MustParse(agentScript))
-	hooks := r.conn()
-	var mu sync.Mutex
-	var asked []HookRequest
-	if _, err := hooks.Subscribe("lash.hook.guard", func(m *nats.Msg) {
-		var req HookRequest
-		_ = json.Unmarshal(m.Data, &req)
-		mu.Lock()
-		asked = append(asked, req)
-		mu.Unlock()
-		_ = m.Respond([]byte(`{"verdict":"block","reason":"not today"}`))
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := hooks.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	guard := serveHook(t, r, "guard", `{"verdict":"block","reason":"not today"}`)
 	crashed := false
 	a := r.node("a", WithProviders(providersOf(t, models, "openai")), withBoundary(func(name string) error {
 		if strings.HasPrefix(name, "after-record tool ") && !crashed {
@@ -471,8 +483,7 @@ func TestHookBlocksToolCall(t *testing.T) {
 	for _, m := range res[0].Outcome.Messages {
 		blocked = blocked || m.Role == turn.RoleTool && m.Text == "blocked by hook guard: not today"
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	asked := guard()
 	if !blocked || len(asked) != 1 || r.runs.runs["Oslo"] != 0 {
 		t.Fatalf("blocked %v, hook asked %d times, tool ran %v: %s", blocked, len(asked), r.runs.runs, describeTranscript(res[0].Outcome.Messages))
 	}
@@ -539,22 +550,8 @@ func TestAgentLeftToANodeWithItsProvider(t *testing.T) {
 func TestHooksSuspendAndWithhold(t *testing.T) {
 	r := newRig(t)
 	models := testenv.RunModelServer(t, scripted.MustParse(agentScript))
-	hooks := r.conn()
-	var mu sync.Mutex
-	asked := map[string]int{}
-	for name, answer := range map[string]string{"gate": `{"verdict":"suspend","reason":"a person must look"}`, "filter": `{"verdict":"block","reason":"secret"}`} {
-		if _, err := hooks.Subscribe("lash.hook."+name, func(m *nats.Msg) {
-			mu.Lock()
-			asked[name]++
-			mu.Unlock()
-			_ = m.Respond([]byte(answer))
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := hooks.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	gate := serveHook(t, r, "gate", `{"verdict":"suspend","reason":"a person must look"}`)
+	filter := serveHook(t, r, "filter", `{"verdict":"block","reason":"secret"}`)
 	n := r.node("a", WithProviders(providersOf(t, models, "openai")))
 	applyAgent(t, n, &agents.Definition{Name: "support", Instructions: "You are the support desk.", Provider: "openai", Model: "g",
 		Tools: []string{"weather"}, Hooks: agents.Hooks{BeforeTool: "gate", AfterTool: "filter"}})
@@ -578,10 +575,9 @@ func TestHooksSuspendAndWithhold(t *testing.T) {
 	for _, m := range res[0].Outcome.Messages {
 		withheld = withheld || m.Role == turn.RoleTool && m.Text == "result withheld by hook filter: secret"
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if !withheld || asked["gate"] != 1 || asked["filter"] != 1 || r.runs.runs["Oslo"] != 1 {
-		t.Fatalf("withheld %v, asked %v, tool runs %v: %s", withheld, asked, r.runs.runs, describeTranscript(res[0].Outcome.Messages))
+	if !withheld || len(gate()) != 1 || len(filter()) != 1 || r.runs.runs["Oslo"] != 1 {
+		t.Fatalf("withheld %v, gate asked %d times, filter %d, tool runs %v: %s", withheld, len(gate()), len(filter()), r.runs.runs,
+			describeTranscript(res[0].Outcome.Messages))
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lash-run/lash/agents"
 	"github.com/lash-run/lash/blobs"
 	"github.com/lash-run/lash/effectlog"
 	"github.com/lash-run/lash/leases"
@@ -158,6 +159,7 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 	var recorded []*effectlog.Record
 	var pos sessionlog.Position
 	var b binding
+	var first screened
 	for try := 0; ; try++ {
 		if try > 0 && st.rev > 0 {
 			// The log moved under the state: if the session was deleted
@@ -190,7 +192,8 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 			// Nothing to run: no fence, so idle runs cost no attempt.
 			return nil, st.cursor, err
 		}
-		if b, err = s.bind(ctx, st, next); err != nil {
+		first = s.screenNext(st, next)
+		if b, err = s.bind(ctx, st, next, first); err != nil {
 			return nil, st.cursor, err
 		}
 		f, recorded = nil, nil
@@ -205,7 +208,7 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 				// The turn began under a version this node runs: it ends
 				// under it, whatever became of its agent since.
 				b.p, b.fail, b.missing = p, nil, nil
-				if b.refuse != "" && b.asked != "" && p.Agent == agentName(b.asked) {
+				if b.refuse != "" && b.asked != "" && p.Agent == agents.Name(b.asked) {
 					b.refuse, b.spec = "", b.asked
 				}
 			}
@@ -255,12 +258,9 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 	var results []TurnResult
 	for next != nil {
 		var err error
-		use, in, take := screen(st, nil, *next, true, n.vouched)
+		use, in, take := first.use, first.in, first.take
 		if take && b.refuse != "" {
 			use.Refused, take = b.refuse, false
-		}
-		if take && len(in.Labels) > 0 && st.turns > 0 {
-			use.Refused, take = fmt.Sprintf("%v: session %s has run turns: labels are given with its first message", ErrBadInput, s.id), false
 		}
 		if !take {
 			if pos, err = s.consume(ctx, b.p, pos, st, use); err != nil {
@@ -279,7 +279,8 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 		if next, err = s.nextInput(ctx, st.cursor); err != nil || next == nil {
 			return results, st.cursor, err
 		}
-		if b, err = s.bind(ctx, st, next); err != nil {
+		first = s.screenNext(st, next)
+		if b, err = s.bind(ctx, st, next, first); err != nil {
 			return results, st.cursor, err
 		}
 		// The next turn is fresh: this run committed the last one.
@@ -298,6 +299,19 @@ func (s *Session) runTurns(ctx context.Context, lease *leases.Lease) ([]TurnResu
 		attempt, recorded, fresh = 1, nil, true
 	}
 	return results, st.cursor, nil
+}
+
+// screened is what screen made of the input that starts a turn: read
+// once, before its fence, for both the binding and the turn.
+type screened struct {
+	use  sessionlog.InputUse
+	in   Input
+	take bool
+}
+
+func (s *Session) screenNext(st *state, next *sessionlog.Input) screened {
+	use, in, take := screen(st, nil, *next, true, s.n.vouched)
+	return screened{use: use, in: in, take: take}
 }
 
 // nextInput returns the first input after cursor, or nil: one read, from

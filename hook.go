@@ -38,13 +38,23 @@ type HookRequest struct {
 	Arguments string `json:"arguments"`
 	Status    string `json:"status,omitempty"`
 	Result    string `json:"result,omitempty"`
-	// Truncated: Result holds the first MaxHookResult bytes of it.
+	// Truncated: Arguments or Result hold the first MaxHookText bytes of
+	// theirs.
 	Truncated bool `json:"truncated,omitempty"`
 }
 
-// MaxHookResult bounds the result an after_tool hook is shown, within
+// MaxHookText bounds the arguments and the result a hook is shown, within
 // NATS's message size.
-const MaxHookResult = 256 << 10
+const MaxHookText = 256 << 10
+
+// clipHook cuts s to MaxHookText bytes of valid UTF-8, saying so in cut.
+func clipHook(s string, cut *bool) string {
+	if len(s) <= MaxHookText {
+		return s
+	}
+	*cut = true
+	return strings.ToValidUTF8(s[:MaxHookText], "")
+}
 
 // HookAnswer is a hook's answer: verdict "allow" or "block" (and, before a
 // tool, "suspend": the call waits for a person's decision), with the
@@ -60,6 +70,7 @@ type HookAnswer struct {
 func (d *drive) askHook(ctx context.Context, name string, q HookRequest, refused ...string) (HookAnswer, error) {
 	n := d.s.n
 	q.Session, q.Turn, q.Agent, q.Version = d.s.id, d.turn, d.p.Agent, d.p.Version
+	q.Arguments, q.Result = clipHook(q.Arguments, &q.Truncated), clipHook(q.Result, &q.Truncated)
 	req, err := json.Marshal(q)
 	if err != nil {
 		return HookAnswer{Verdict: "block", Reason: err.Error()}, nil
@@ -126,11 +137,8 @@ func (d *drive) afterTool(ctx context.Context, pc turn.PendingCall, res turn.Too
 	if res.Status == turn.ToolError {
 		status = "error"
 	}
-	q := HookRequest{Hook: "after_tool", CallID: pc.Call.ID, Tool: pc.Call.Name, Arguments: pc.Call.Arguments, Status: status, Result: res.Output}
-	if len(q.Result) > MaxHookResult {
-		q.Result, q.Truncated = strings.ToValidUTF8(q.Result[:MaxHookResult], ""), true
-	}
-	a, err := d.askHook(ctx, name, q, "suspend")
+	a, err := d.askHook(ctx, name, HookRequest{Hook: "after_tool", CallID: pc.Call.ID, Tool: pc.Call.Name, Arguments: pc.Call.Arguments,
+		Status: status, Result: res.Output}, "suspend")
 	if err != nil || a.Verdict == "allow" {
 		return res, err
 	}

@@ -155,6 +155,9 @@ func screen(st *state, taken []sessionlog.InputUse, in sessionlog.Input, start b
 	if parsed.Notice != "" && !vouched(in) {
 		return refuse("%v: a notice the deployment did not sign: notices come from nodes", ErrBadInput)
 	}
+	if len(parsed.Labels) > 0 && (!start || st.turns > 0) {
+		return refuse("%v: session %s has begun: labels are given with its first message", ErrBadInput, st.id)
+	}
 	if start && parsed.Text == "" && parsed.Notice == "" && !parsed.Cancel {
 		if err := decisionsMatch(st.id, parsed.Decisions, st.suspended); err != nil {
 			return refuse("%v", err)

@@ -28,7 +28,7 @@ func Bind(current, asked string, turns int, signed bool) (spec, refuse string) {
 	switch {
 	case err != nil:
 		return current, err.Error()
-	case turns > 0 && name != refName(current):
+	case turns > 0 && name != Name(current):
 		return current, fmt.Sprintf("the session runs %s; an input cannot move it to agent %s (start another session)", label(current), name)
 	case strings.Contains(asked, "@") && !signed:
 		return current, fmt.Sprintf("a pin (%s) comes from operators (lash-admin send --agent, Session.Send): the deployment did not sign this input", asked)
@@ -36,8 +36,9 @@ func Bind(current, asked string, turns int, signed bool) (spec, refuse string) {
 	return asked, ""
 }
 
-// refName is the agent a binding names ("" for the default agent).
-func refName(spec string) string {
+// Name is the agent a ref names ("name", "name@N"; "" for the default
+// agent).
+func Name(spec string) string {
 	name, _, _ := strings.Cut(spec, "@")
 	return name
 }

@@ -443,13 +443,7 @@ func (s *Server) status(ctx context.Context, data []byte) (any, error) {
 	st := &Status{Session: h.Session, Revision: h.Revision, Fence: h.Fence, Turns: h.Turns, LastTurn: h.LastTurn,
 		InputTokens: h.Usage.InputTokens, OutputTokens: h.Usage.OutputTokens, Messages: h.Messages,
 		Inputs: h.Inputs, LastInput: h.LastInput, InputCursor: h.InputCursor, Pending: h.Pending,
-		Suspended: h.Suspended, Applied: s.proj.Applied(), Agent: h.Agent}
-	for _, l := range h.Labels {
-		if st.Labels == nil {
-			st.Labels = map[string]string{}
-		}
-		st.Labels[l.Key] = l.Value
-	}
+		Suspended: h.Suspended, Applied: s.proj.Applied(), Agent: h.Agent, Labels: h.LabelMap()}
 	if h.Turns > 0 {
 		st.RunStatus = h.Status.String()
 		st.Termination = h.Termination.Reason.String()

@@ -53,6 +53,18 @@ type SessionHead struct {
 	Labels []sessionlog.Label `msgpack:"lb,omitempty"`
 }
 
+// LabelMap is the session's labels as a map (nil for none).
+func (h *SessionHead) LabelMap() map[string]string {
+	if len(h.Labels) == 0 {
+		return nil
+	}
+	m := make(map[string]string, len(h.Labels))
+	for _, l := range h.Labels {
+		m[l.Key] = l.Value
+	}
+	return m
+}
+
 // Label is the value of the session's label key, and whether it has it.
 func (h *SessionHead) Label(key string) (string, bool) {
 	for _, l := range h.Labels {

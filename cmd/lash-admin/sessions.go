@@ -114,17 +114,6 @@ func (f labelFlag) has(h *projector.SessionHead) bool {
 	return true
 }
 
-func labelMap(ls []sessionlog.Label) map[string]string {
-	if len(ls) == 0 {
-		return nil
-	}
-	m := make(map[string]string, len(ls))
-	for _, l := range ls {
-		m[l.Key] = l.Value
-	}
-	return m
-}
-
 func fmtLabels(ls []sessionlog.Label) string {
 	parts := make([]string, len(ls))
 	for i, l := range ls {
@@ -137,7 +126,7 @@ func sessionOf(h *projector.SessionHead) sessionJSON {
 	return sessionJSON{Session: h.Session, State: stateOf(h), Created: h.Created, Active: h.Active, Revision: h.Revision, Fence: h.Fence, Turns: h.Turns, LastTurn: h.LastTurn,
 		Status: status(h.Status), Termination: terminationOf(h.Termination), Usage: usageOf(h.Usage),
 		Messages: h.Messages, Inputs: h.Inputs, LastInput: h.LastInput, InputCursor: h.InputCursor,
-		PendingInputs: h.PendingInputs, Suspended: h.Suspended, Agent: h.Agent, Labels: labelMap(h.Labels)}
+		PendingInputs: h.PendingInputs, Suspended: h.Suspended, Agent: h.Agent, Labels: h.LabelMap()}
 }
 
 type sessionsJSON struct {

@@ -8,8 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
+	"github.com/lash-run/lash/agents"
 	"github.com/lash-run/lash/processes"
 	"github.com/lash-run/lash/tools"
 	"github.com/lash-run/lash/turn"
@@ -243,8 +243,7 @@ func ProcessTools(ps Processes, has func(tool string) bool, list Lister, budget 
 			// caller's definition names, as deep as it allows.
 			pol := tools.AgentPolicyOf(ctx)
 			agent := pol.Agent
-			own, _, _ := strings.Cut(pol.Agent, "@")
-			if a.Agent != "" && a.Agent != own {
+			if a.Agent != "" && a.Agent != agents.Name(pol.Agent) {
 				if !slices.Contains(pol.SubAgents, a.Agent) {
 					return "", fmt.Errorf("agent %q is not one you may start (your definition's sub_agents.agents: %q)", a.Agent, pol.SubAgents)
 				}
