@@ -250,3 +250,55 @@ func TestCancelClaimsEveryStoppedCall(t *testing.T) {
 		t.Fatalf("verify: %+v, %v", rep, err)
 	}
 }
+
+// A cancel naming its turn stops that turn, and only it: sent after the
+// turn committed, it is consumed as stale and the next turn runs to its
+// end; one naming the running turn stops it.
+func TestStopNamesItsTurn(t *testing.T) {
+	r := newRig(t)
+	n := r.node("a")
+	s := n.Session("s1")
+	seq, _, err := s.Send(r.ctx, "k1", Input{Text: "Weather in Oslo, Lima and Pune?"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Run(r.ctx)
+	if err != nil || len(res) != 1 || res[0].Turn != fmt.Sprintf("in-%d", seq) || res[0].Outcome.Termination.Reason == turn.Cancelled {
+		t.Fatalf("first turn: %+v, %v", res, err)
+	}
+	// The late stop, then the next message: the stop is stale.
+	if _, _, err := s.Send(r.ctx, "stop-late", Input{Cancel: true, Turn: res[0].Turn}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Send(r.ctx, "k2", Input{Text: "And in Quito?"}); err != nil {
+		t.Fatal(err)
+	}
+	calls := r.models.Requests()
+	res, err = s.Run(r.ctx)
+	if err != nil || len(res) != 1 || res[0].Outcome.Termination.Reason == turn.Cancelled || r.models.Requests() == calls {
+		t.Fatalf("the turn after a stale stop: %+v, %v", res, err)
+	}
+	if res, err := s.Run(r.ctx); err != nil || len(res) != 0 {
+		t.Fatalf("inputs left to run: %+v, %v", res, err)
+	}
+	// A stop naming a later input, or a malformed turn, is refused.
+	for _, bad := range []string{"in-999999", "in-01", "turn-3", "in-"} {
+		if _, _, err := s.Send(r.ctx, "bad-"+bad, Input{Cancel: true, Turn: bad}); bad != "in-999999" && err == nil {
+			t.Fatalf("turn %q accepted", bad)
+		}
+	}
+	// A stop that names the turn about to run stops it at its first
+	// checkpoint.
+	seq, _, err = s.Send(r.ctx, "k3", Input{Text: "And in Lagos?"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Send(r.ctx, "stop-now", Input{Cancel: true, Turn: fmt.Sprintf("in-%d", seq)}); err != nil {
+		t.Fatal(err)
+	}
+	calls = r.models.Requests()
+	res, err = s.Run(r.ctx)
+	if err != nil || len(res) == 0 || res[0].Outcome.Termination.Reason != turn.Cancelled || r.models.Requests() > calls+1 {
+		t.Fatalf("the named turn: %+v, %v, %d model calls", res, err, r.models.Requests()-calls)
+	}
+}

@@ -481,9 +481,12 @@ func (s *Session) runTurn(ctx context.Context, pos sessionlog.Position, st *stat
 		"took", time.Since(began).Round(time.Millisecond), "status", body.Outcome.Status.String(),
 		"termination", body.Outcome.Termination.String(), "attempt", t.attempt)
 	s.publishLive(id, live.Event{Type: live.TypeTurnCommitted, Status: body.Outcome.Status.String(),
-		Termination: body.Outcome.Termination.Reason.String(), Code: body.Outcome.Termination.Code})
+		Termination: body.Outcome.Termination.Reason.String(), Code: body.Outcome.Termination.Code, Cursor: body.InputCursor})
 	if err := s.boundary("after-commit"); err != nil {
 		return nil, err
+	}
+	if body.Outcome.Termination.Reason == turn.Cancelled {
+		n.stopSubAgents(ctx, s.id, id)
 	}
 	st.committed(pos.Seq(), pos.Token(), t.p.fingerprint[:], body)
 	s.snapshot(st)

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 
 	"github.com/lash-run/lash/agents"
 	"github.com/lash-run/lash/sessionlog"
@@ -37,6 +39,12 @@ type Input struct {
 	// checkpoint or a wait), cancelling its calls; with no turn running,
 	// the turn it starts ends cancelled at once.
 	Cancel bool `json:"cancel,omitempty"`
+	// Turn names the turn a cancel stops ("in-<seq>": the turn that
+	// takes input <seq>), so a stop that comes late changes nothing: once
+	// that input was answered by a committed turn, the cancel is refused
+	// as stale instead of stopping the next one. Without it a cancel
+	// stops whatever runs.
+	Turn string `json:"turn,omitempty"`
 	// Agent binds the session to an agent, with its message: "name" runs
 	// each turn under the agent's current version, "name@N" (or
 	// "name@<version prefix>") pins it to one. Given on the first message
@@ -86,6 +94,14 @@ func parseInput(data []byte, decision bool) (Input, error) {
 	}
 	if in.Notice != "" && (in.Text != "" || in.Decides()) {
 		return in, fmt.Errorf("%w: a notice comes alone", ErrBadInput)
+	}
+	if in.Turn != "" {
+		if !in.Cancel {
+			return in, fmt.Errorf("%w: a turn is named by a cancel", ErrBadInput)
+		}
+		if _, ok := TurnInput(in.Turn); !ok {
+			return in, fmt.Errorf("%w: turn %.64q: want in-<input sequence>", ErrBadInput, in.Turn)
+		}
 	}
 	if len(in.Labels) > 0 {
 		if in.Text == "" {
@@ -158,6 +174,14 @@ func screen(st *state, taken []sessionlog.InputUse, in sessionlog.Input, start b
 	if len(parsed.Labels) > 0 && (!start || st.turns > 0) {
 		return refuse("%v: session %s has begun: labels are given with its first message", ErrBadInput, st.id)
 	}
+	if target, ok := TurnInput(parsed.Turn); ok {
+		switch {
+		case target >= in.Seq:
+			return refuse("%v: the cancel names turn %s, of an input after it", ErrBadInput, parsed.Turn)
+		case target <= st.cursor:
+			return refuse("stale stop: turn %s ended before it came (inputs through %d were answered)", parsed.Turn, st.cursor)
+		}
+	}
 	if start && parsed.Text == "" && parsed.Notice == "" && !parsed.Cancel {
 		if err := decisionsMatch(st.id, parsed.Decisions, st.suspended); err != nil {
 			return refuse("%v", err)
@@ -226,4 +250,15 @@ func decisionsMatch(session string, ds []Decision, suspended []turn.SuspendedCal
 // vouched reports whether an input carries the deployment's signature.
 func (n *Node) vouched(in sessionlog.Input) bool {
 	return n.client.Vouched(&streams.Msg{Subject: in.Subject, Seq: in.Seq, Header: in.Header, Data: in.Data})
+}
+
+// TurnInput reads a turn's name, "in-<seq>", as the input sequence that
+// names it.
+func TurnInput(id string) (uint64, bool) {
+	s, ok := strings.CutPrefix(id, "in-")
+	if !ok || s == "" || len(s) > 20 || s[0] == '0' {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	return n, err == nil
 }

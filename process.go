@@ -431,3 +431,28 @@ func processWakeKey(pid string) string {
 	sum := sha256.Sum256([]byte(pid))
 	return "process-end:" + hex.EncodeToString(sum[:])
 }
+
+// stopSubAgents cancels the sub-agents a stopped turn spawned that are
+// still running: a stop ends the whole tree, not only its root. It is
+// asked of the read model, so a node without one leaves them running; a
+// crash before it does leaves them too (the parent's commit says it was
+// stopped: `lash-admin processes cancel` ends them).
+func (n *Node) stopSubAgents(ctx context.Context, session, turnID string) {
+	if n.proj == nil {
+		return
+	}
+	ps, err := n.proj.ProcessesOf(session)
+	if err != nil {
+		n.opts.logger.Warn("finding a stopped turn's sub-agents", "session", session, "turn", turnID, "err", err)
+		return
+	}
+	for _, p := range ps {
+		prov := p.Registration.Provenance
+		if p.Ended() || p.Registration.Input.Kind != processes.SessionTurn || prov.Session != session || prov.Turn != turnID {
+			continue
+		}
+		if _, err := n.procs.RequestCancel(ctx, p.ID, "the turn that spawned it was stopped"); err != nil && !errors.Is(err, processes.ErrTerminal) {
+			n.opts.logger.Warn("stopping a sub-agent", "session", session, "turn", turnID, "process", p.ID, "err", err)
+		}
+	}
+}

@@ -430,3 +430,24 @@ func ParkedWaits(p *projector.Projector) ([]ParkedWait, error) {
 	}
 	return out, nil
 }
+
+// Awaiting says what a call a turn left suspended waits for: "decision"
+// (a person's resume or cancel: wait_for_approval, a hook's or a tool's
+// own suspend), or the wake a node delivers by itself: "sleep", "signal",
+// "process" or "event". tool is the call's tool, reason its ticket.
+func Awaiting(tool, reason string) string {
+	t, ok := parkedTicket(turn.SuspendedCall{Call: turn.ToolCall{Name: tool}, Ticket: turn.Ticket{Reason: reason}})
+	if ok {
+		switch t.Kind {
+		case builtin.SleepTicket:
+			return "sleep"
+		case builtin.SignalTicket:
+			return "signal"
+		case builtin.ProcessTicket:
+			return "process"
+		case builtin.EventTicket:
+			return "event"
+		}
+	}
+	return "decision"
+}

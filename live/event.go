@@ -52,7 +52,11 @@ type Event struct {
 	Status      string `json:"status,omitempty"`      // turn_committed: running, waiting or done
 	Termination string `json:"termination,omitempty"` // turn_committed: natural-end, suspended, ...
 	Code        string `json:"code,omitempty"`        // turn_committed: why a turn failed
-	Error       string `json:"error,omitempty"`       // turn_failed
+	// Cursor, on turn_committed: the last input the turn answered (those
+	// up to it are consumed), so a client knows its message's answer is
+	// complete.
+	Cursor uint64 `json:"cursor,omitempty"`
+	Error  string `json:"error,omitempty"` // turn_failed
 }
 
 // Message is a conversation message.

@@ -36,6 +36,9 @@ func (ev *Event) AppendJSON(b []byte) ([]byte, error) {
 	b = field(b, "status", ev.Status)
 	b = field(b, "termination", ev.Termination)
 	b = field(b, "code", ev.Code)
+	if ev.Cursor != 0 {
+		b = strconv.AppendUint(append(b, `,"cursor":`...), ev.Cursor, 10)
+	}
 	b = field(b, "error", ev.Error)
 	return append(b, '}'), nil
 }

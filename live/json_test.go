@@ -14,7 +14,7 @@ func TestAppendJSONIsJSONMarshal(t *testing.T) {
 		{},
 		{V: Version, Type: TypeTextDelta, Session: "s", Turn: "t", Node: "n", At: at, Text: "hello", Effect: 7},
 		{V: -1, Type: "a<b>&c", Session: "é\u2028\x00\x7f\xff\"\\", At: at.In(time.FixedZone("x", 3600)), Iteration: -3,
-			CallID: "c", Name: "n", Detail: "d\n\t", Status: "done", Termination: "natural-end", Code: "x", Error: "e",
+			CallID: "c", Name: "n", Detail: "d\n\t", Status: "done", Termination: "natural-end", Code: "x", Cursor: 42, Error: "e",
 			Message: &Message{Role: "assistant", Text: strings.Repeat("y", 100), ToolCalls: []ToolCall{{ID: "1", Name: "w", Arguments: `{"a":1}`}, {ID: "2"}},
 				CallID: "c", Name: "n", Error: true, Pending: true, Truncated: true}},
 		{Message: &Message{ToolCalls: []ToolCall{}}},
@@ -27,7 +27,7 @@ func FuzzAppendJSON(f *testing.F) {
 	f.Add("text_delta", "s", "t", "hi <b>", uint64(1), int64(1764050000), 5, "c", "a", "tool", `{"x":"\u00e9"}`, true)
 	f.Fuzz(func(t *testing.T, typ, session, turn, text string, effect uint64, unix int64, iter int, callID, role, name, args string, flag bool) {
 		ev := Event{V: Version, Type: typ, Session: session, Turn: turn, Node: name, At: time.Unix(unix%(1<<35), int64(iter)).UTC(),
-			Text: text, Effect: effect, Iteration: iter, CallID: callID, Detail: args, Error: text}
+			Text: text, Effect: effect, Iteration: iter, CallID: callID, Detail: args, Cursor: effect / 3, Error: text}
 		if flag {
 			ev.Message = &Message{Role: role, Text: text, ToolCalls: []ToolCall{{ID: callID, Name: name, Arguments: args}}, Error: flag}
 		}

@@ -115,6 +115,12 @@ type Status struct {
 	// Labels those its first message gave it.
 	Agent  string            `json:"agent,omitempty"`
 	Labels map[string]string `json:"labels,omitempty"`
+	// Created and Active are when the session's first and latest message
+	// were stored.
+	Created time.Time `json:"created"`
+	Active  time.Time `json:"active"`
+	// SuspendedCalls are the calls counted by Suspended (status only).
+	SuspendedCalls []SuspendedCall `json:"suspended_calls,omitempty"`
 	// Applied is the SESSIONS sequence the projection had folded when it
 	// answered: at least the stream's last sequence at the request.
 	Applied uint64 `json:"applied"`
@@ -147,6 +153,9 @@ func (r *DecideRequest) decision() lash.Decision {
 type CancelRequest struct {
 	Session string `json:"session"`
 	Key     string `json:"key"`
+	// Turn, if set, is the turn to stop ("in-<seq>", lash.Input's turn):
+	// once that turn has committed, the cancel changes nothing.
+	Turn string `json:"turn,omitempty"`
 }
 
 func (r *CancelRequest) missing() []string { return need(nil, "session", r.Session, "key", r.Key) }

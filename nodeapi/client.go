@@ -66,6 +66,31 @@ func (c *Client) Cancel(ctx context.Context, session, key string) (Accepted, err
 	return out, c.callSession(ctx, session, EndpointCancel, CancelRequest{Session: session, Key: key}, &out)
 }
 
+// Stop asks the session's turn turnID ("in-<seq>") to stop: once that
+// turn has committed, the stop changes nothing.
+func (c *Client) Stop(ctx context.Context, session, key, turnID string) (Accepted, error) {
+	var out Accepted
+	return out, c.callSession(ctx, session, EndpointCancel, CancelRequest{Session: session, Key: key, Turn: turnID}, &out)
+}
+
+// Sessions lists sessions (see SessionsRequest).
+func (c *Client) Sessions(ctx context.Context, req SessionsRequest) (*SessionsPage, error) {
+	var out SessionsPage
+	if err := c.call(ctx, EndpointSessions, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Transcript reads a session's committed messages (see TranscriptRequest).
+func (c *Client) Transcript(ctx context.Context, req TranscriptRequest) (*TranscriptPage, error) {
+	var out TranscriptPage
+	if err := c.call(ctx, EndpointTranscript, req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Info returns the first node's answer about itself.
 func (c *Client) Info(ctx context.Context) (*Info, error) {
 	var out Info

@@ -8,8 +8,10 @@
 //	submit  {"session","key","text","decisions","cancel","agent","labels"} -> {"seq","duplicate"} (text, or decisions/cancel)
 //	status  {"session"}                                   -> the session's head
 //	decide  {"session","key","call_id","action","mode","payload"} -> {"seq","duplicate"}
-//	cancel  {"session","key"}                             -> {"seq","duplicate"}
+//	cancel  {"session","key","turn"}                      -> {"seq","duplicate"}
 //	live    {"session","after","limit"}                   -> {"records":[{"seq","event"}],"more","first","last"}
+//	sessions   {"prefix","after","limit"}                 -> {"sessions":[status...],"next"}
+//	transcript {"session","from","limit"}                 -> {"messages":[...],"more","next"}
 //	info    {}                                            -> the node: id, incarnation, host, ..., its tools
 //	process_start  {"id","tool","args","external_ref","disposition","wake_session","label"} -> the process
 //	process_status {"id"}                                 -> the process
@@ -47,9 +49,18 @@
 // is the idempotency key, forever: the same key with the same input again
 // answers the first input's sequence with duplicate set, with other content
 // it is refused with 409); any node may take them, and the session
-// runs on whichever node dispatch picks. status reads the answering node's
-// projection once it has folded everything the SESSIONS stream held when
-// the request came. info is answered by every node: Client.Info takes the
+// runs on whichever node dispatch picks. A cancel naming a turn ("in-<seq>",
+// the turn that takes input <seq>) stops that turn only: once it has
+// committed, the cancel is consumed as stale and changes nothing. A
+// stopped turn's sub-agents are cancelled too. status, sessions and
+// transcript read the answering node's projection once it has folded
+// everything the SESSIONS stream held when the request came; status lists
+// the calls the session holds suspended and what each awaits (a
+// "decision", or a sleep, signal, process or event). sessions lists the
+// sessions whose ids start with a prefix of [A-Za-z0-9_-] characters, a
+// page at a time (at most MaxPageLimit); transcript reads committed
+// messages from an index, a page at a time (at most MaxPageBytes, each
+// text cut at MaxMessageText with truncated set). info is answered by every node: Client.Info takes the
 // first answer, Client.Nodes gathers them all.
 //
 // Failures are micro errors (the Nats-Service-Error-Code and

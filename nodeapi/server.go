@@ -106,8 +106,10 @@ func Start(node *lash.Node, cfg Config) (*Server, error) {
 		{EndpointSubmit, `{"session","key","text","decisions","cancel","agent","labels"}`, s.submit, nil},
 		{EndpointStatus, `{"session"}`, s.status, nil},
 		{EndpointDecide, `{"session","key","call_id","action","mode","payload"}`, s.decide, nil},
-		{EndpointCancel, `{"session","key"}`, s.cancel, nil},
+		{EndpointCancel, `{"session","key","turn"}`, s.cancel, nil},
 		{EndpointLive, `{"session","after","limit"}`, s.live, nil},
+		{EndpointSessions, `{"prefix","after","limit"}`, s.sessions, nil},
+		{EndpointTranscript, `{"session","from","limit"}`, s.transcript, nil},
 		{EndpointProcessStart, `{"id","tool","args","external_ref","disposition","wake_session","label"}`, s.processStart, nil},
 		{EndpointProcessStatus, `{"id"}`, s.processStatus, nil},
 		{EndpointProcessCancel, `{"id","reason"}`, s.processCancel, nil},
@@ -356,16 +358,11 @@ func (s *Server) head(ctx context.Context, session string) (*projector.SessionHe
 	if _, err := streams.Token(session); err != nil {
 		return nil, badRequest("session: %v", err)
 	}
-	last, err := s.node.Streams().LastSeq(ctx, streams.Sessions)
-	if err != nil {
-		return nil, err
-	}
 	// Requests to one endpoint are handled one at a time: a projection
-	// that lags must not hold the queue for long.
-	wctx, cancel := context.WithTimeout(ctx, ProjectionWait)
-	defer cancel()
-	if err := s.proj.WaitFor(wctx, last); err != nil {
-		return nil, fmt.Errorf("the node's projection is behind the stream (at %d of %d): %w", s.proj.Applied(), last, err)
+	// that lags must not hold the queue for long (caughtUp waits at most
+	// ProjectionWait).
+	if err := s.caughtUp(ctx); err != nil {
+		return nil, err
 	}
 	h, err := s.proj.Session(session)
 	if errors.Is(err, projector.ErrNotFound) {
@@ -428,7 +425,7 @@ func (s *Server) cancel(ctx context.Context, data []byte) (any, error) {
 	if _, err := s.head(ctx, req.Session); err != nil {
 		return nil, err
 	}
-	return s.send(ctx, req.Session, req.Key, lash.Input{Cancel: true})
+	return s.send(ctx, req.Session, req.Key, lash.Input{Cancel: true, Turn: req.Turn})
 }
 
 func (s *Server) status(ctx context.Context, data []byte) (any, error) {
@@ -440,14 +437,9 @@ func (s *Server) status(ctx context.Context, data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &Status{Session: h.Session, Revision: h.Revision, Fence: h.Fence, Turns: h.Turns, LastTurn: h.LastTurn,
-		InputTokens: h.Usage.InputTokens, OutputTokens: h.Usage.OutputTokens, Messages: h.Messages,
-		Inputs: h.Inputs, LastInput: h.LastInput, InputCursor: h.InputCursor, Pending: h.Pending,
-		Suspended: h.Suspended, Applied: s.proj.Applied(), Agent: h.Agent, Labels: h.LabelMap()}
-	if h.Turns > 0 {
-		st.RunStatus = h.Status.String()
-		st.Termination = h.Termination.Reason.String()
-		st.TerminationCode, st.TerminationText = h.Termination.Code, h.Termination.Detail
+	st := s.statusOf(h)
+	if st.SuspendedCalls, err = s.suspendedCalls(h); err != nil {
+		return nil, err
 	}
 	return st, nil
 }

@@ -344,7 +344,7 @@ func TestStatusReadsAcrossNodes(t *testing.T) {
 			if err := json.Unmarshal(m.Data, &info); err != nil {
 				t.Fatal(err)
 			}
-			instances[info.Metadata["node"]] = info.Name == nodeapi.ServiceName && len(info.Endpoints) == 13+len(nodeapi.SessionEndpoints)
+			instances[info.Metadata["node"]] = info.Name == nodeapi.ServiceName && len(info.Endpoints) == 15+len(nodeapi.SessionEndpoints)
 		case <-time.After(5 * time.Second):
 			t.Fatalf("micro instances: %v", instances)
 		}

@@ -1,6 +1,7 @@
 package projector
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -502,17 +503,36 @@ func (p *Projector) Sessions() ([]SessionHead, error) {
 // keys, starting after the session after ("" for the first), and the
 // session to pass as after for the next page ("" when there is none).
 func (p *Projector) SessionsPage(after string, limit int) ([]SessionHead, string, error) {
+	return p.SessionsWithPrefix("", after, limit)
+}
+
+// SessionsWithPrefix is SessionsPage over the sessions whose ids start
+// with idPrefix, which must be made of [A-Za-z0-9_-] only (ids of those
+// characters are their own subject tokens, so their keys share it).
+func (p *Projector) SessionsWithPrefix(idPrefix, after string, limit int) ([]SessionHead, string, error) {
+	if idPrefix != "" {
+		if tok, err := streams.Token(idPrefix); err != nil || tok != idPrefix {
+			return nil, "", fmt.Errorf("projector: session prefix %.64q: only [A-Za-z0-9_-]", idPrefix)
+		}
+	}
 	prefix := p.sessionsKey([]byte("h"), nil)
+	prefix = append(prefix[:len(prefix):len(prefix)], idPrefix...)
 	lower := prefix
 	if after != "" {
 		tok, err := streams.Token(after)
 		if err != nil {
 			return nil, "", err
 		}
-		// The first key past after's own.
-		lower = append(p.sessionsKey([]byte("h"), []byte(tok)), 0)
+		// The first key past after's own, within the prefix.
+		if past := append(p.sessionsKey([]byte("h"), []byte(tok)), 0); bytes.Compare(past, lower) > 0 {
+			lower = past
+		}
 	}
-	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: prefixEnd(prefix)})
+	upper := prefixEnd(prefix)
+	if bytes.Compare(lower, upper) >= 0 {
+		return nil, "", nil // after is past the prefix's sessions
+	}
+	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return nil, "", err
 	}

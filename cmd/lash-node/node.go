@@ -175,6 +175,15 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) (err error) {
 		cleanups = append(cleanups, func() { _ = srv.Close() })
 		log.Info("serving /healthz and /metrics", "addr", "http://"+addr.String())
 	}
+	var capi *clientAPI
+	if s.api.addr != "off" {
+		var addr net.Addr
+		if capi, addr, err = serveAPI(&s.api, node.Streams(), log); err != nil {
+			return err
+		}
+		cleanups = append(cleanups, func() { capi.drain(context.Background()) })
+		log.Info("serving the client API", "addr", "http://"+addr.String())
+	}
 
 	// work runs until the drain has finished; the rest stop when it starts.
 	work, stopWork := context.WithCancel(context.Background())
@@ -235,6 +244,12 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) (err error) {
 	// deadline, then stop and release their leases.
 	h.draining.Store(true)
 	log.Info("draining", "timeout", s.drainTimeout)
+	if capi != nil {
+		// Clients reconnect to another node's API; their turns go on.
+		actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		capi.drain(actx)
+		cancel()
+	}
 	apiStopped = true
 	if err := api.Stop(); err != nil {
 		log.Warn("stopping the node API", "err", err)

@@ -61,6 +61,8 @@ type settings struct {
 	mcpServers   []mcptool.Server
 	drainTimeout time.Duration
 	http         string
+	// api: the client API over HTTP (package gateway).
+	api apiSettings
 
 	maxInput     cli.Size
 	inline       cli.Size
@@ -110,6 +112,7 @@ func newFlagSet(s *settings) *flag.FlagSet {
 	fs.DurationVar(&s.drainTimeout, "drain-timeout", 30*time.Second, "on SIGTERM or SIGINT, how long running turns may finish before they are stopped (and finished later by replay)")
 	fs.StringVar(&s.otlpEndpoint, "otlp-endpoint", "", "OTLP/HTTP `URL` to export traces to (a span per turn and per effect), e.g. http://localhost:4318; empty: off, unless OTEL_EXPORTER_OTLP_ENDPOINT is set")
 	fs.StringVar(&s.http, "http", "127.0.0.1:9464", "`address` serving /healthz and /metrics; off: none")
+	s.api.register(fs)
 	s.maxInput, s.inline, s.maxPayload = streams.DefaultMaxInputBytes, streams.DefaultInlineBytes, streams.DefaultMaxPayloadBytes
 	fs.Var(&s.maxInput, "max-input", "largest input `size`, headers included: the SESSIONS stream refuses larger ones when they are published")
 	fs.Var(&s.inline, "inline-max", "largest `size` of a payload (model answer, tool result, commit body) kept inside its message; larger ones go to the object store by reference")
@@ -137,6 +140,7 @@ var sections = []cli.Section{
 	{Title: "Sizes (the deployment's: every node must agree; set when its streams are created)", Names: []string{"max-input", "inline-max", "max-payload"}},
 	{Title: "Live events (the LIVE stream)", Names: []string{"live-retention", "live-max-bytes", "live-storage"}},
 	{Title: "Operations", Names: []string{"http", "otlp-endpoint", "log-format", "log-level"}},
+	{Title: "Client API over HTTP (README: HTTP API)", Names: apiFlags},
 }
 
 const helpHead = `Usage: lash-node [settings]
@@ -148,8 +152,10 @@ a deployment. With no --nats it starts an embedded NATS server with
 JetStream (fsync before acknowledgement) listening on --listen, keeping its
 files under --data. Every node serves the node API (a NATS micro service
 named "lash", endpoints <prefix>.api.submit, status, decide, cancel, info
-and process_start, process_status, process_cancel, process_await), /healthz
-and /metrics on --http, and offers the built-in tools
+and process_start, process_status, process_cancel, process_await, sessions,
+transcript), /healthz and /metrics on --http, with --api the client API over
+HTTP (sessions, messages, decisions, stops; event streams in lash's, the AI
+SDK's and AG-UI's protocols), and offers the built-in tools
 (sleep, wait_for_approval, wait_for_signal; process_start, process_await,
 process_cancel, process_list, spawn_agent) and every tool served over NATS
 under <prefix>.tool.<name>. SIGTERM or SIGINT drains the node and exits 0;
@@ -266,7 +272,7 @@ func (s *settings) check() error {
 			return usage("--http %q: want host:port or off", s.http)
 		}
 	}
-	return nil
+	return s.api.check(usage)
 }
 
 // errNoModel says what to give when no provider is named.

@@ -1,0 +1,387 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/lash-run/lash"
+	"github.com/lash-run/lash/live"
+	"github.com/lash-run/lash/streams"
+)
+
+// The chat protocols' endpoints: a request appends its input (a message
+// or decisions) and streams the response to it, through the commit that
+// answers it. A client that goes away cancels nothing: the turn runs to
+// its commit, and a replay finds it.
+
+// errAnswered ends a relay at the commit that answers its inputs.
+var errAnswered = errors.New("answered")
+
+// response is where a request's response starts: the tap, opened before
+// its inputs were appended, and the inputs' last sequence.
+type response struct {
+	t       *tap
+	pos     uint64
+	through uint64
+	// replay: read the response from the stream's start (a duplicate
+	// request, or a resume), not only what comes after pos.
+	replay bool
+}
+
+// relay hands each event of the response to event, and its answering
+// commit to end.
+func (g *Gateway) relay(ctx context.Context, rs *response, event func(live.Record) error, end func(live.Event) error) error {
+	var last atomic.Int64 // when the last event came, in unix nanoseconds
+	last.Store(time.Now().UnixNano())
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go g.watchAnswer(ctx, rs, &last)
+	handle := func(rec live.Record) error {
+		last.Store(time.Now().UnixNano())
+		if answers(rec.Event, rs.through) {
+			if err := end(rec.Event); err != nil {
+				return err
+			}
+			return errAnswered
+		}
+		return event(rec)
+	}
+	after := rs.pos
+	if rs.replay {
+		// Read what the stream keeps of the session, and keep the events
+		// after the last commit that ended an earlier response.
+		var backlog []live.Record
+		size := 0
+		first, _, err := g.c.Bounds(ctx, streams.Live)
+		if err != nil {
+			return err
+		}
+		subj, err := g.c.Subjects().Live(rs.t.session)
+		if err != nil {
+			return err
+		}
+		after = first - 1
+		err = g.c.Read(ctx, subj, first, func(m *streams.Msg) error {
+			after = m.Seq
+			ev := decodeEvent(rs.t.session, m)
+			if ev.Type == live.TypeTurnCommitted && ev.Status != "waiting" && ev.Cursor < rs.through {
+				backlog, size = backlog[:0], 0
+				return nil
+			}
+			if size += len(m.Data); size > tapBytes*8 {
+				return fmt.Errorf("the response is over %d bytes of events: read the transcript", tapBytes*8)
+			}
+			backlog = append(backlog, live.Record{Seq: m.Seq, Event: ev})
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, rec := range backlog {
+			if err := handle(rec); err != nil {
+				return err
+			}
+		}
+	}
+	return g.hub.from(ctx, rs.t, rs.pos, after, handle)
+}
+
+// answerCheck is how long a response stream waits with no event before
+// it asks the session's head whether the response is over: live events
+// are not truth, and one lost (a publish that failed, a LIVE stream made
+// anew) must not hold a stream open for ever.
+var answerCheck = 5 * time.Second
+
+// watchAnswer ends a quiet response from the session's head: once its
+// inputs are consumed, the commit that did it ends the response (pushed
+// as the last event, after those queued).
+func (g *Gateway) watchAnswer(ctx context.Context, rs *response, last *atomic.Int64) {
+	t := time.NewTicker(answerCheck / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if time.Since(time.Unix(0, last.Load())) < answerCheck {
+			continue
+		}
+		rctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
+		st, err := g.api.Status(rctx, rs.t.session)
+		cancel()
+		if err != nil || st.InputCursor < rs.through {
+			continue
+		}
+		ev := live.Event{Type: live.TypeTurnCommitted, Session: st.Session, Turn: st.LastTurn, Status: st.RunStatus,
+			Termination: st.Termination, Code: st.TerminationCode, Cursor: st.InputCursor}
+		rs.t.push(live.Record{Seq: math.MaxUint64, Event: ev}, 0)
+		return
+	}
+}
+
+// writeChunks writes chunks as SSE data frames, in one write.
+func writeChunks(st *stream, chunks []chunk) error {
+	if len(chunks) == 0 {
+		return nil
+	}
+	var b []byte
+	for _, c := range chunks {
+		j, err := json.Marshal(c)
+		if err != nil {
+			return err
+		}
+		b = append(b, "data: "...)
+		b = append(b, j...)
+		b = append(b, "\n\n"...)
+	}
+	return st.write(b)
+}
+
+// uiRequest is what DefaultChatTransport posts; fields it may add are
+// ignored.
+type uiRequest struct {
+	ID        string      `json:"id"`
+	Messages  []uiMessage `json:"messages"`
+	Trigger   string      `json:"trigger"`
+	MessageID string      `json:"messageId"`
+	// Agent, from the transport's body option, names the agent a new
+	// session runs.
+	Agent string `json:"agent"`
+}
+
+type uiMessage struct {
+	ID    string   `json:"id"`
+	Role  string   `json:"role"`
+	Parts []uiPart `json:"parts"`
+}
+
+type uiPart struct {
+	Type       string      `json:"type"`
+	Text       string      `json:"text"`
+	ToolCallID string      `json:"toolCallId"`
+	State      string      `json:"state"`
+	Approval   *uiApproval `json:"approval"`
+}
+
+type uiApproval struct {
+	ID       string `json:"id"`
+	Approved bool   `json:"approved"`
+	Reason   string `json:"reason"`
+}
+
+// uiHeaders are the UI message stream's.
+var uiHeaders = map[string]string{"X-Vercel-Ai-Ui-Message-Stream": "v1"}
+
+func (g *Gateway) uiChat(w http.ResponseWriter, r *http.Request, c *Caller) error {
+	var req uiRequest
+	if err := readJSON(w, r, g.cfg.MaxChatBody, &req, false); err != nil {
+		return err
+	}
+	session := req.ID
+	switch {
+	case !plainID(session):
+		return fail(http.StatusBadRequest, "id: the chat's id is the session's: 1 to %d of [A-Za-z0-9_-]", MaxSessionID)
+	case !c.Sees(session):
+		return fail(http.StatusNotFound, "unknown session %q", session)
+	case req.Trigger == "regenerate-message":
+		return fail(http.StatusBadRequest, "lash keeps every answer it gave: send a new message instead of regenerating")
+	case len(req.Messages) == 0:
+		return fail(http.StatusBadRequest, "messages: none")
+	}
+	last := req.Messages[len(req.Messages)-1]
+	ctx := r.Context()
+	t, pos, err := g.hub.open(ctx, session)
+	if err != nil {
+		return err
+	}
+	defer g.hub.close(t)
+	rs := &response{t: t, pos: pos}
+	messageID := ""
+	switch last.Role {
+	case "user":
+		var text strings.Builder
+		for _, p := range last.Parts {
+			if p.Type == "text" {
+				text.WriteString(p.Text)
+			}
+		}
+		a, err := g.submit(r, c, session, "ui-"+last.ID, text.String(), req.Agent, nil)
+		if err != nil {
+			return err
+		}
+		rs.through, rs.replay = a.Seq, a.Duplicate
+	case "assistant":
+		// The answers to approvals the stream asked for.
+		n := 0
+		for _, p := range last.Parts {
+			if p.State != "approval-responded" || p.Approval == nil {
+				continue
+			}
+			d := lash.Decision{CallID: p.ToolCallID, Action: "cancel", Payload: p.Approval.Reason}
+			if p.Approval.Approved {
+				d.Action, d.Payload = "resume", ""
+			}
+			a, err := g.decision(r, c, session, fmt.Sprintf("ui-approval-%s-%t", p.Approval.ID, p.Approval.Approved), d)
+			if err != nil {
+				return err
+			}
+			n++
+			rs.through = max(rs.through, a.Seq)
+			rs.replay = rs.replay || a.Duplicate
+		}
+		if n == 0 {
+			return fail(http.StatusBadRequest, "the last message is the assistant's and answers no approval")
+		}
+		messageID = req.MessageID
+		if messageID == "" {
+			messageID = last.ID
+		}
+	default:
+		return fail(http.StatusBadRequest, "the last message is a %q message: send the user's message", last.Role)
+	}
+	if rs.replay {
+		// The same request again: its response may be over, or under way;
+		// a continuation replays in the message it continues.
+		messageID = req.MessageID
+	}
+	return g.uiStream(w, r, c, rs, messageID)
+}
+
+func (g *Gateway) uiStream(w http.ResponseWriter, r *http.Request, c *Caller, rs *response, messageID string) error {
+	st, err := g.openEventStream(w, r, c, uiHeaders)
+	if err != nil {
+		return err
+	}
+	defer st.close()
+	m := newUIMapper(messageID)
+	err = g.relay(st.ctx, rs, func(rec live.Record) error {
+		return writeChunks(st, m.event(rec.Event))
+	}, func(ev live.Event) error {
+		if err := writeChunks(st, m.finish(ev)); err != nil {
+			return err
+		}
+		return st.write([]byte("data: [DONE]\n\n"))
+	})
+	if err != nil && !errors.Is(err, errAnswered) && st.ctx.Err() == nil {
+		_ = writeChunks(st, []chunk{{"type": "error", "errorText": "the stream broke off (" + err.Error() + "): resume it"}})
+	}
+	return nil
+}
+
+// uiResume answers the transport's reconnect: the response under way,
+// replayed from its start, or 204 when none is.
+func (g *Gateway) uiResume(w http.ResponseWriter, r *http.Request, c *Caller, session string) error {
+	ctx, cancel := g.requestCtx(r)
+	t, pos, err := g.hub.open(r.Context(), session)
+	if err != nil {
+		cancel()
+		return err
+	}
+	defer g.hub.close(t)
+	status, err := g.api.Status(ctx, session)
+	cancel()
+	if err != nil {
+		return err
+	}
+	if len(status.Pending) == 0 {
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}
+	return g.uiStream(w, r, c, &response{t: t, pos: pos, through: slices.Max(status.Pending), replay: true}, "")
+}
+
+// aguiInput is AG-UI's RunAgentInput, as much of it as lash reads.
+type aguiInput struct {
+	ThreadID string `json:"threadId"`
+	RunID    string `json:"runId"`
+	Messages []struct {
+		ID      string `json:"id"`
+		Role    string `json:"role"`
+		Content any    `json:"content"`
+	} `json:"messages"`
+	Resume []struct {
+		InterruptID string `json:"interruptId"`
+		Status      string `json:"status"`
+	} `json:"resume"`
+	ForwardedProps struct {
+		Agent string `json:"agent"`
+	} `json:"forwardedProps"`
+}
+
+func (g *Gateway) aguiRun(w http.ResponseWriter, r *http.Request, c *Caller) error {
+	var in aguiInput
+	if err := readJSON(w, r, g.cfg.MaxChatBody, &in, false); err != nil {
+		return err
+	}
+	session := in.ThreadID
+	switch {
+	case !plainID(session):
+		return fail(http.StatusBadRequest, "threadId: the thread's id is the session's: 1 to %d of [A-Za-z0-9_-]", MaxSessionID)
+	case !c.Sees(session):
+		return fail(http.StatusNotFound, "unknown session %q", session)
+	case in.RunID == "" || len(in.RunID) > streams.MaxIDBytes:
+		return fail(http.StatusBadRequest, "runId: 1 to %d bytes", streams.MaxIDBytes)
+	}
+	ctx := r.Context()
+	t, pos, err := g.hub.open(ctx, session)
+	if err != nil {
+		return err
+	}
+	defer g.hub.close(t)
+	rs := &response{t: t, pos: pos}
+	if len(in.Resume) > 0 {
+		for _, res := range in.Resume {
+			d := lash.Decision{CallID: res.InterruptID, Action: "resume"}
+			switch res.Status {
+			case "resolved":
+			case "cancelled":
+				d.Action = "cancel"
+			default:
+				return fail(http.StatusBadRequest, "resume status %q: resolved or cancelled", res.Status)
+			}
+			a, err := g.decision(r, c, session, "agui-"+res.InterruptID+"-"+res.Status, d)
+			if err != nil {
+				return err
+			}
+			rs.through = max(rs.through, a.Seq)
+			rs.replay = rs.replay || a.Duplicate
+		}
+	} else {
+		if len(in.Messages) == 0 || in.Messages[len(in.Messages)-1].Role != "user" {
+			return fail(http.StatusBadRequest, "the last message must be the user's (or resume an interrupt)")
+		}
+		last := in.Messages[len(in.Messages)-1]
+		a, err := g.submit(r, c, session, "agui-"+last.ID, aguiText(last.Content), in.ForwardedProps.Agent, nil)
+		if err != nil {
+			return err
+		}
+		rs.through, rs.replay = a.Seq, a.Duplicate
+	}
+	st, err := g.openEventStream(w, r, c, nil)
+	if err != nil {
+		return err
+	}
+	defer st.close()
+	m := newAGUIMapper(session, in.RunID)
+	if writeChunks(st, m.started()) != nil {
+		return nil
+	}
+	err = g.relay(st.ctx, rs, func(rec live.Record) error {
+		return writeChunks(st, m.event(rec.Event))
+	}, func(ev live.Event) error {
+		return writeChunks(st, m.finish(ev))
+	})
+	if err != nil && !errors.Is(err, errAnswered) && st.ctx.Err() == nil {
+		_ = writeChunks(st, append(m.endText(nil), chunk{"type": "RUN_ERROR", "message": "the stream broke off: " + err.Error(), "code": "stream_cut"}))
+	}
+	return nil
+}
