@@ -33,8 +33,15 @@ type uiMapper struct {
 	tools     map[string]string // call id -> tool, of calls announced
 }
 
-func newUIMapper(messageID string) *uiMapper {
-	return &uiMapper{messageID: messageID, tools: map[string]string{}}
+// newUIMapper maps a response; a continuation names its message and the
+// calls the client holds in it already (known: call id -> tool), which are
+// not announced again.
+func newUIMapper(messageID string, known map[string]string) *uiMapper {
+	u := &uiMapper{messageID: messageID, tools: map[string]string{}}
+	for id, tool := range known {
+		u.tools[id] = tool
+	}
+	return u
 }
 
 func (u *uiMapper) begin(ev live.Event, out []chunk) []chunk {

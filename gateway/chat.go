@@ -206,6 +206,7 @@ func (g *Gateway) uiChat(w http.ResponseWriter, r *http.Request, c *Caller) erro
 	defer g.hub.close(t)
 	rs := &response{t: t, pos: pos}
 	messageID := ""
+	var known map[string]string
 	switch last.Role {
 	case "user":
 		var text strings.Builder
@@ -222,7 +223,11 @@ func (g *Gateway) uiChat(w http.ResponseWriter, r *http.Request, c *Caller) erro
 	case "assistant":
 		// The answers to approvals the stream asked for.
 		n := 0
+		known = map[string]string{}
 		for _, p := range last.Parts {
+			if tool, ok := strings.CutPrefix(p.Type, "tool-"); ok && p.ToolCallID != "" {
+				known[p.ToolCallID] = tool
+			}
 			if p.State != "approval-responded" || p.Approval == nil {
 				continue
 			}
@@ -249,20 +254,20 @@ func (g *Gateway) uiChat(w http.ResponseWriter, r *http.Request, c *Caller) erro
 		return fail(http.StatusBadRequest, "the last message is a %q message: send the user's message", last.Role)
 	}
 	if rs.replay {
-		// The same request again: its response may be over, or under way;
-		// a continuation replays in the message it continues.
-		messageID = req.MessageID
+		// The same request again: its response may be over, or under way,
+		// and is replayed whole, in the message it continues.
+		messageID, known = req.MessageID, nil
 	}
-	return g.uiStream(w, r, c, rs, messageID)
+	return g.uiStream(w, r, c, rs, messageID, known)
 }
 
-func (g *Gateway) uiStream(w http.ResponseWriter, r *http.Request, c *Caller, rs *response, messageID string) error {
+func (g *Gateway) uiStream(w http.ResponseWriter, r *http.Request, c *Caller, rs *response, messageID string, known map[string]string) error {
 	st, err := g.openEventStream(w, r, c, uiHeaders)
 	if err != nil {
 		return err
 	}
 	defer st.close()
-	m := newUIMapper(messageID)
+	m := newUIMapper(messageID, known)
 	err = g.relay(st.ctx, rs, func(rec live.Record) error {
 		return writeChunks(st, m.event(rec.Event))
 	}, func(ev live.Event) error {
@@ -296,7 +301,7 @@ func (g *Gateway) uiResume(w http.ResponseWriter, r *http.Request, c *Caller, se
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
-	return g.uiStream(w, r, c, &response{t: t, pos: pos, through: slices.Max(status.Pending), replay: true}, "")
+	return g.uiStream(w, r, c, &response{t: t, pos: pos, through: slices.Max(status.Pending), replay: true}, "", nil)
 }
 
 // aguiInput is AG-UI's RunAgentInput, as much of it as lash reads.

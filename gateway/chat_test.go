@@ -124,8 +124,11 @@ func TestAISDKChat(t *testing.T) {
 	}
 	var out map[string]any
 	for _, c := range got {
-		if c["type"] == "tool-output-available" && c["toolCallId"] == callID {
+		switch {
+		case c["type"] == "tool-output-available" && c["toolCallId"] == callID:
 			out = c
+		case c["type"] == "tool-input-available":
+			t.Fatalf("the continuation announces call %v again: the client would hold it twice", c["toolCallId"])
 		}
 	}
 	if out == nil || text(t, got) != "Deployed." || got[len(got)-2]["finishReason"] != "stop" {
