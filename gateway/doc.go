@@ -20,6 +20,8 @@
 //	POST /v1/ai-sdk/chat                 the AI SDK's UI message stream
 //	GET  /v1/ai-sdk/chat/{id}/stream     its resume
 //	POST /v1/ag-ui                       an AG-UI run
+//	POST /v1/chat/completions            OpenAI's Chat Completions, over a
+//	                                     session named by Lash-Session
 //
 // Every request carries a bearer token, a JWT whose "lash" claim is a
 // Grant: the sessions (by id or prefix) its holder may use, the agents it

@@ -155,6 +155,7 @@ func (g *Gateway) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/ai-sdk/chat", g.authed(g.uiChat))
 	mux.HandleFunc("GET /v1/ai-sdk/chat/{id}/stream", g.session(g.uiResume))
 	mux.HandleFunc("POST /v1/ag-ui", g.authed(g.aguiRun))
+	mux.HandleFunc("POST /v1/chat/completions", g.authedWith(g.writeOpenAIError, g.chatCompletions))
 	return g.cors(mux)
 }
 
@@ -220,20 +221,25 @@ func (g *Gateway) fromNodes(err error) *apiError {
 
 // authed authenticates and rate-limits a request before h.
 func (g *Gateway) authed(h func(http.ResponseWriter, *http.Request, *Caller) error) http.HandlerFunc {
+	return g.authedWith(g.writeError, h)
+}
+
+// authedWith is authed answering failures with writeErr.
+func (g *Gateway) authedWith(writeErr func(http.ResponseWriter, *http.Request, error), h func(http.ResponseWriter, *http.Request, *Caller) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		caller, err := g.auth.authenticate(r)
 		if err != nil {
-			g.writeError(w, r, err)
+			writeErr(w, r, err)
 			return
 		}
 		if err := g.admit(caller); err != nil {
-			g.writeError(w, r, err)
+			writeErr(w, r, err)
 			return
 		}
 		ctx, cancel := context.WithCancel(r.Context())
 		defer cancel()
 		if err := h(w, r.WithContext(ctx), caller); err != nil {
-			g.writeError(w, r, err)
+			writeErr(w, r, err)
 		}
 	}
 }
