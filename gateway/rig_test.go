@@ -46,6 +46,11 @@ rule weather-answer
   pace 2ms
   say It is cold in Oslo, as usual in winter.
 
+rule story
+  when user contains story
+  pace 150ms
+  say Once upon a time a durable runtime kept every word it said, and when the page reloaded the story went on exactly where it was.
+
 rule slow
   when user contains slowly
   pace 30ms
