@@ -59,7 +59,7 @@ func commands() []*command {
 		triggersSchedulesCmd, agentsLsCmd, agentsShowCmd, agentsHistoryCmd, agentsDiffCmd, agentsApplyCmd, agentsDeleteCmd,
 		waitsLsCmd, waitsCancelCmd, waitsRevokeCmd,
 		leasesLsCmd, nodesLsCmd, streamsCmd, storageCmd, storageSweepCmd, quarantineLsCmd,
-		watchCmd, sendCmd, decideCmd, cancelCmd, signalCmd, uiCmd, rebuildCmd, verifyCmd, permissionsCmd}
+		watchCmd, sendCmd, decideCmd, cancelCmd, signalCmd, uiCmd, rebuildCmd, verifyCmd, permissionsCmd, apiTokenCmd}
 }
 
 // app is one run of lash-admin.
@@ -104,7 +104,8 @@ type app struct {
 	// labels: --label KEY=VALUE, on send (set) and sessions ls (filter).
 	labels labelFlag
 	// perm: the permissions command's flags.
-	perm permFlags
+	perm  permFlags
+	token tokenFlags
 	// status, session and reason: the processes commands' flags.
 	status, session, reason string
 	olderThan               time.Duration
