@@ -486,7 +486,7 @@ func (s *Session) runTurn(ctx context.Context, pos sessionlog.Position, st *stat
 		return nil, err
 	}
 	if body.Outcome.Termination.Reason == turn.Cancelled {
-		n.stopSubAgents(ctx, s.id, id)
+		n.stopSubAgents(ctx, s.id, id, body.Outcome.Messages)
 	}
 	st.committed(pos.Seq(), pos.Token(), t.p.fingerprint[:], body)
 	s.snapshot(st)

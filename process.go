@@ -163,6 +163,9 @@ func (n *Node) processEnded(ctx context.Context, p *processes.Process, live bool
 			n.opts.logger.Warn("cancelling a sub-agent's turn", "session", in.Session, "err", err)
 		}
 	}
+	if stoppedTree(p) {
+		return // the stop ended the parent's turn too: nothing to tell it
+	}
 	target := p.WakesTarget()
 	if n.proj != nil {
 		// Other sessions that may address the process may await it too:
@@ -432,27 +435,47 @@ func processWakeKey(pid string) string {
 	return "process-end:" + hex.EncodeToString(sum[:])
 }
 
+// stoppedWithParent is the cancel reason of a sub-agent whose spawning
+// turn was stopped: its end wakes no one (the stop meant the whole tree).
+const stoppedWithParent = "the turn that spawned it was stopped"
+
 // stopSubAgents cancels the sub-agents a stopped turn spawned that are
-// still running: a stop ends the whole tree, not only its root. It is
-// asked of the read model, so a node without one leaves them running; a
-// crash before it does leaves them too (the parent's commit says it was
-// stopped: `lash-admin processes cancel` ends them).
-func (n *Node) stopSubAgents(ctx context.Context, session, turnID string) {
-	if n.proj == nil {
-		return
-	}
-	ps, err := n.proj.ProcessesOf(session)
-	if err != nil {
-		n.opts.logger.Warn("finding a stopped turn's sub-agents", "session", session, "turn", turnID, "err", err)
-		return
-	}
-	for _, p := range ps {
-		prov := p.Registration.Provenance
-		if p.Ended() || p.Registration.Input.Kind != processes.SessionTurn || prov.Session != session || prov.Turn != turnID {
+// still running, found by its spawn_agent results: a stop ends the whole
+// tree, not only its root. A crash before it does leaves them running
+// (the parent's commit says it was stopped; `lash-admin processes cancel`
+// ends them).
+func (n *Node) stopSubAgents(ctx context.Context, session, turnID string, msgs []turn.Message) {
+	for _, m := range msgs {
+		if m.Role != turn.RoleTool || m.Name != builtin.SpawnAgentTool || m.Error || m.Pending {
 			continue
 		}
-		if _, err := n.procs.RequestCancel(ctx, p.ID, "the turn that spawned it was stopped"); err != nil && !errors.Is(err, processes.ErrTerminal) {
+		var out struct {
+			Process string `json:"process"`
+		}
+		if json.Unmarshal([]byte(m.Text), &out) != nil || !builtin.IsProcessID(out.Process) {
+			continue
+		}
+		p, err := n.procs.Get(ctx, out.Process)
+		if err != nil {
+			n.opts.logger.Warn("reading a stopped turn's sub-agent", "session", session, "turn", turnID, "process", out.Process, "err", err)
+			continue
+		}
+		prov := p.Registration.Provenance
+		if p.Ended() || prov.Session != session || prov.Turn != turnID {
+			continue // ended, or spawned by an earlier turn under the same name
+		}
+		if _, err := n.procs.RequestCancel(ctx, p.ID, stoppedWithParent); err != nil && !errors.Is(err, processes.ErrTerminal) {
 			n.opts.logger.Warn("stopping a sub-agent", "session", session, "turn", turnID, "process", p.ID, "err", err)
 		}
 	}
+}
+
+// stoppedTree says whether p was cancelled because its spawning turn was
+// stopped.
+func stoppedTree(p *processes.Process) bool {
+	if p.Status() != processes.Cancelled || p.CancelRequested == nil {
+		return false
+	}
+	var r processes.Request
+	return json.Unmarshal(p.CancelRequested.Data, &r) == nil && r.Reason == stoppedWithParent
 }
