@@ -228,3 +228,18 @@ func BenchmarkAgentTurn(b *testing.B) {
 		report(b, r)
 	})
 }
+
+// BenchmarkClientAPI: a message over HTTP (the AI SDK's chat endpoint) to
+// its first streamed piece and its commit, against the node API over NATS
+// (issue 33: within 1.2x).
+func BenchmarkClientAPI(b *testing.B) {
+	modes(b, func(b *testing.B, e *bench.Env, f bench.Floor) {
+		rs, err := bench.ClientAPI(b.Context(), e, max(b.N, 20))
+		if err != nil {
+			b.Fatal(err)
+		}
+		report(b, rs...)
+		b.ReportMetric(rs[0].Ratio, "x-first-byte")
+		b.ReportMetric(rs[1].Ratio, "x-commit")
+	})
+}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -49,6 +50,40 @@ func TestREADMEMatchesHelp(t *testing.T) {
 		}
 		if !strings.Contains(doc, "`"+name) {
 			t.Errorf("lash-admin %s is not in the README", name)
+		}
+	}
+}
+
+// The README's HTTP API examples run as written against a lash-node
+// serving --api (its address put in for localhost:8080).
+func TestREADMEHTTPExamples(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "\n## HTTP API\n")
+	section, _, _ = strings.Cut(section, "\n## ")
+	blocks := regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(section, -1)
+	if len(blocks) != 2 || !strings.Contains(blocks[1][1], "curl") {
+		t.Fatalf("the HTTP API section's shell blocks: %d", len(blocks))
+	}
+	script, err := os.ReadFile("../examples/chat/demo.script")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDeployment(t)
+	secret := "a secret of at least thirty-two bytes, for tests"
+	_, api := d.apiNode("node-a", d.file("api-secret", secret), "--script", d.file("demo.script", string(script)), "--model", "scripted")
+	tok := apiToken(t, secret, map[string]any{"session_prefix": "web-", "decide": true})
+	cmd := exec.Command("bash", "-e", "-c", strings.ReplaceAll(blocks[1][1], "localhost:8080", strings.TrimPrefix(api, "http://")))
+	cmd.Env = append(os.Environ(), "TOKEN="+tok)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the README's HTTP API examples: %v\n%s", err, out)
+	}
+	for _, want := range []string{`"seq":1`, "event: open", `"suspended_calls"`, `"finishReason":"tool-calls"`, `"object":"chat.completion"`} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("no %s in the examples' output:\n%s", want, out)
 		}
 	}
 }

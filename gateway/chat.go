@@ -38,7 +38,7 @@ type response struct {
 
 // relay hands each event of the response to event, and its answering
 // commit to end.
-func (g *Gateway) relay(ctx context.Context, rs *response, event func(live.Record) error, end func(live.Event) error) error {
+func (g *Gateway) relay(ctx context.Context, rs *response, idle *beat, event func(live.Record) error, end func(live.Event) error) error {
 	var last atomic.Int64 // when the last event came, in unix nanoseconds
 	last.Store(time.Now().UnixNano())
 	ctx, cancel := context.WithCancel(ctx)
@@ -91,7 +91,7 @@ func (g *Gateway) relay(ctx context.Context, rs *response, event func(live.Recor
 			}
 		}
 	}
-	return g.hub.from(ctx, rs.t, rs.pos, after, handle)
+	return g.hub.from(ctx, rs.t, rs.pos, after, handle, idle)
 }
 
 // answerCheck is how long a response stream waits with no event before
@@ -268,7 +268,7 @@ func (g *Gateway) uiStream(w http.ResponseWriter, r *http.Request, c *Caller, rs
 	}
 	defer st.close()
 	m := newUIMapper(messageID, known)
-	err = g.relay(st.ctx, rs, func(rec live.Record) error {
+	err = g.relay(st.ctx, rs, st.beat, func(rec live.Record) error {
 		return writeChunks(st, m.event(rec.Event))
 	}, func(ev live.Event) error {
 		if err := writeChunks(st, m.finish(ev)); err != nil {
@@ -380,7 +380,7 @@ func (g *Gateway) aguiRun(w http.ResponseWriter, r *http.Request, c *Caller) err
 	if writeChunks(st, m.started()) != nil {
 		return nil
 	}
-	err = g.relay(st.ctx, rs, func(rec live.Record) error {
+	err = g.relay(st.ctx, rs, st.beat, func(rec live.Record) error {
 		return writeChunks(st, m.event(rec.Event))
 	}, func(ev live.Event) error {
 		return writeChunks(st, m.finish(ev))

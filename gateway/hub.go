@@ -229,17 +229,25 @@ func (h *hub) position(ctx context.Context) (uint64, error) {
 // follow calls fn with each live event of session after sequence after,
 // in order, each once, until ctx ends or fn fails. A cursor whose events
 // the stream no longer keeps all of is a *live.BehindError.
-func (h *hub) follow(ctx context.Context, session string, after uint64, fn func(live.Record) error) error {
+func (h *hub) follow(ctx context.Context, session string, after uint64, fn func(live.Record) error, idle *beat) error {
 	t, pos, err := h.open(ctx, session)
 	if err != nil {
 		return err
 	}
 	defer h.close(t)
-	return h.from(ctx, t, pos, after, fn)
+	return h.from(ctx, t, pos, after, fn, idle)
+}
+
+// beat is what a stream does while no event comes: every so often, fn
+// (a heartbeat), on the stream's own goroutine, so an idle stream costs
+// no goroutine of its own.
+type beat struct {
+	every time.Duration
+	fn    func() error
 }
 
 // from is follow on a tap opened at hub position pos.
-func (h *hub) from(ctx context.Context, t *tap, pos, after uint64, fn func(live.Record) error) error {
+func (h *hub) from(ctx context.Context, t *tap, pos, after uint64, fn func(live.Record) error, idle *beat) error {
 	session := t.session
 	sent := after
 	if after < pos {
@@ -268,6 +276,7 @@ func (h *hub) from(ctx context.Context, t *tap, pos, after uint64, fn func(live.
 			return &live.BehindError{After: after, First: 0, Last: last}
 		}
 	}
+	var timer *time.Timer
 	for {
 		recs, err := t.take()
 		for _, r := range recs {
@@ -285,10 +294,23 @@ func (h *hub) from(ctx context.Context, t *tap, pos, after uint64, fn func(live.
 		if len(recs) > 0 {
 			continue
 		}
+		var ticks <-chan time.Time
+		if idle != nil {
+			if timer == nil {
+				timer = time.NewTimer(idle.every)
+				defer timer.Stop()
+			}
+			ticks = timer.C
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.signal:
+		case <-ticks:
+			if err := idle.fn(); err != nil {
+				return err
+			}
+			timer.Reset(idle.every)
 		}
 	}
 }

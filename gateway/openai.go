@@ -105,7 +105,7 @@ func (g *Gateway) chatCompletions(w http.ResponseWriter, r *http.Request, c *Cal
 	var m oaMapper
 	var answer strings.Builder
 	var end live.Event
-	err = g.relay(r.Context(), rs, func(rec live.Record) error {
+	err = g.relay(r.Context(), rs, nil, func(rec live.Record) error {
 		answer.WriteString(m.text(rec.Event))
 		return nil
 	}, func(ev live.Event) error {
@@ -182,7 +182,7 @@ func (g *Gateway) completionStream(w http.ResponseWriter, r *http.Request, c *Ca
 		return nil
 	}
 	var m oaMapper
-	err = g.relay(st.ctx, rs, func(rec live.Record) error {
+	err = g.relay(st.ctx, rs, st.beat, func(rec live.Record) error {
 		if s := m.text(rec.Event); s != "" {
 			return st.write(chunk(map[string]any{"content": s}, nil))
 		}

@@ -291,7 +291,7 @@ func (g *Gateway) events(w http.ResponseWriter, r *http.Request, c *Caller, id s
 			}
 			after = rec.Seq
 			return frame("id: %d\ndata: %s\n\n", rec.Seq, b)
-		})
+		}, st.beat)
 		var behind *live.BehindError
 		switch {
 		case st.drained():

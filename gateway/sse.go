@@ -36,6 +36,12 @@ func (s *sse) write(frame []byte) error {
 	if err != nil {
 		s.err = errGone
 		s.cancel()
+		// A reader that stopped reading would hold the connection (and
+		// what the server buffered for it) while the server finishes the
+		// response: it is cut at once.
+		if conn, _, herr := s.rc.Hijack(); herr == nil {
+			_ = conn.Close()
+		}
 		return s.err
 	}
 	return nil
@@ -48,10 +54,13 @@ type stream struct {
 	ctx      context.Context
 	draining <-chan struct{}
 	close    func()
+	// beat is the heartbeat, sent by the stream's goroutine while it
+	// waits for events.
+	beat *beat
 }
 
-// openEventStream counts a stream against the caller's limits, writes the
-// headers and starts the heartbeat.
+// openEventStream counts a stream against the caller's limits and writes
+// the headers.
 func (g *Gateway) openEventStream(w http.ResponseWriter, r *http.Request, c *Caller, headers map[string]string) (*stream, error) {
 	release, err := g.openStream(c)
 	if err != nil {
@@ -68,27 +77,10 @@ func (g *Gateway) openEventStream(w http.ResponseWriter, r *http.Request, c *Cal
 	}
 	w.WriteHeader(http.StatusOK)
 	_ = s.rc.Flush()
-	beating := make(chan struct{})
-	go func() {
-		defer close(beating)
-		t := time.NewTicker(g.cfg.Heartbeat)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				_ = s.write([]byte(": ping\n\n"))
-			}
-		}
-	}()
-	// Nothing may write to w once the handler returns: close waits for
-	// the heartbeat.
 	return &stream{sse: s, ctx: ctx, draining: g.ctx.Done(), close: func() {
 		cancel()
-		<-beating
 		release()
-	}}, nil
+	}, beat: &beat{every: g.cfg.Heartbeat, fn: func() error { return s.write([]byte(": ping\n\n")) }}}, nil
 }
 
 // watchDrain ends the stream's context when the gateway drains, and
