@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -140,7 +141,11 @@ default
 			case strings.Contains(line, `"type":"text-delta"`) && first == 0:
 				first = time.Since(start)
 			case strings.Contains(line, `"type":"finish"`):
-				return first, time.Since(start), nil
+				commit = time.Since(start)
+				// Read to the end, as a client does, so its connection
+				// is kept for the next request.
+				_, err := io.Copy(io.Discard, br)
+				return first, commit, err
 			}
 		}
 	}
