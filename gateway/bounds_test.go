@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/lash-run/lash/live"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/testenv"
+	"github.com/nats-io/nats.go"
 )
 
 // The same Idempotency-Key through a gateway made anew (a restart) is the
@@ -205,5 +207,63 @@ func TestHeartbeat(t *testing.T) {
 		if line == ": ping\n" {
 			pings++
 		}
+	}
+}
+
+// A token holds at most StreamsPerToken streams (429 past it); a gateway
+// that drains tells its streams to reconnect; no token reaches NATS.
+func TestStreamLimitsAndDrain(t *testing.T) {
+	r := newRig(t, func(c *gateway.Config) { c.StreamsPerToken = 2 })
+	tok := token(t, gateway.Grant{SessionPrefix: "lim-", Agents: []string{"support"}})
+	// Everything on the server, to look for the token in it.
+	nc := r.srv.Conn(t)
+	var seen []string
+	var mu sync.Mutex
+	sub, err := nc.Subscribe(">", func(m *nats.Msg) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, m.Subject+" "+string(m.Data)+fmt.Sprint(m.Header))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	a := r.open("GET", "/v1/sessions/lim-1/events?from=now", tok, nil)
+	b := r.open("GET", "/v1/sessions/lim-2/events?from=now", tok, nil)
+	if res, body := r.call("GET", "/v1/sessions/lim-3/events", tok, nil); res.StatusCode != 429 || res.Header.Get("Retry-After") == "" {
+		t.Fatalf("a third stream: %d %s", res.StatusCode, body)
+	}
+	if res, body := r.call("POST", "/v1/sessions", tok, map[string]any{"id": "lim-4", "text": "hi", "agent": "research"}, "Idempotency-Key", "k"); res.StatusCode != 403 {
+		t.Fatalf("an agent the token does not grant: %d %s", res.StatusCode, body)
+	}
+	if res, body := r.call("POST", "/v1/sessions/lim-1/messages", tok, map[string]any{"text": "hello"}, "Idempotency-Key", "k"); res.StatusCode != 202 {
+		t.Fatalf("send: %d %s", res.StatusCode, body)
+	}
+	for _, s := range []*sseReader{a, b} {
+		if f, err := s.next(); err != nil || f.event != "open" {
+			t.Fatalf("open: %+v %v", f, err)
+		}
+	}
+	r.gw.Close()
+	for _, s := range []*sseReader{a, b} {
+		for {
+			f, err := s.next()
+			if err != nil {
+				t.Fatalf("the stream ended without reconnect: %v", err)
+			}
+			if f.event == "reconnect" {
+				break
+			}
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, m := range seen {
+		if strings.Contains(m, tok) || strings.Contains(m, strings.Split(tok, ".")[2]) {
+			t.Fatalf("the token reached NATS: %.200s", m)
+		}
+	}
+	if len(seen) == 0 {
+		t.Fatal("saw nothing on the server")
 	}
 }
