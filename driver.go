@@ -382,6 +382,7 @@ func (s *Session) consume(ctx context.Context, p *profile, pos sessionlog.Positi
 		return pos, err
 	}
 	st.consumed(pos.Seq(), pos.Token(), p.fingerprint[:], body)
+	s.publishLive(turnID(use.Seq), live.Event{Type: live.TypeInputConsumed, Cursor: use.Seq, Error: use.Refused})
 	if use.Refused != "" {
 		n.opts.logger.Warn("input refused: consumed without a turn", "session", s.id, "seq", use.Seq, "reason", use.Refused)
 		n.observe(Event{Kind: EventInputRefused, Session: s.id, Err: errors.New(use.Refused)})

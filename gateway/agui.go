@@ -128,6 +128,8 @@ func (a *aguiMapper) finish(ev live.Event) []chunk {
 	out := a.begin(ev, nil)
 	out = a.endText(out)
 	switch {
+	case refusal(ev) != "":
+		return append(out, chunk{"type": "RUN_ERROR", "message": "the input was refused: " + refusal(ev), "code": "input_refused"})
 	case ev.Code != "" && ev.Termination == "error":
 		return append(out, chunk{"type": "RUN_ERROR", "message": "the turn failed: " + ev.Code, "code": ev.Code})
 	case ev.Termination == "cancelled":

@@ -185,6 +185,9 @@ func (u *uiMapper) finish(ev live.Event) []chunk {
 	}
 	reason := "stop"
 	switch {
+	case refusal(ev) != "":
+		out = append(out, chunk{"type": "error", "errorText": "the input was refused: " + refusal(ev)})
+		reason = "error"
 	case ev.Code != "" && ev.Termination == "error":
 		out = append(out, chunk{"type": "error", "errorText": "the turn failed: " + ev.Code})
 		reason = "error"
@@ -199,7 +202,17 @@ func (u *uiMapper) finish(ev live.Event) []chunk {
 }
 
 // answers says whether ev is the commit that ends a response waiting for
-// inputs through seq.
+// inputs through seq, or the input's consumption without a turn (refused,
+// or a duplicate).
 func answers(ev live.Event, through uint64) bool {
-	return ev.Type == live.TypeTurnCommitted && ev.Cursor >= through
+	return (ev.Type == live.TypeTurnCommitted || ev.Type == live.TypeInputConsumed) && ev.Cursor >= through
+}
+
+// refusal is why an input that ends a response was refused ("" if it
+// was not).
+func refusal(ev live.Event) string {
+	if ev.Type == live.TypeInputConsumed {
+		return ev.Error
+	}
+	return ""
 }

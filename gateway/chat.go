@@ -72,7 +72,8 @@ func (g *Gateway) relay(ctx context.Context, rs *response, idle *beat, event fun
 		err = g.c.Read(ctx, subj, first, func(m *streams.Msg) error {
 			after = m.Seq
 			ev := decodeEvent(rs.t.session, m)
-			if ev.Type == live.TypeTurnCommitted && ev.Status != "waiting" && ev.Cursor < rs.through {
+			ended := ev.Type == live.TypeTurnCommitted && ev.Status != "waiting" || ev.Type == live.TypeInputConsumed
+			if ended && ev.Cursor < rs.through {
 				backlog, size = backlog[:0], 0
 				return nil
 			}

@@ -134,8 +134,21 @@ func TestAISDKChat(t *testing.T) {
 	if out == nil || text(t, got) != "Deployed." || got[len(got)-2]["finishReason"] != "stop" {
 		t.Fatalf("after the approval: %v", got)
 	}
+	// An answer to an approval no call waits for is refused, and changes
+	// nothing.
+	stale := map[string]any{"id": msgID, "role": "assistant", "parts": []any{
+		map[string]any{"type": "tool-wait_for_approval", "toolCallId": "call_404", "state": "approval-responded",
+			"approval": map[string]any{"id": "call_404", "approved": true}}}}
+	before, _ := r.client.Status(r.ctx, "chat-2")
+	res, body := r.call("POST", "/v1/ai-sdk/chat", tok, map[string]any{"id": "chat-2", "trigger": "submit-message", "messageId": msgID, "messages": []any{stale}})
+	if res.StatusCode != 400 || !strings.Contains(string(body), "call_404") {
+		t.Fatalf("a stale approval: %d %s", res.StatusCode, body)
+	}
+	if after, _ := r.client.Status(r.ctx, "chat-2"); after.Inputs != before.Inputs {
+		t.Fatalf("a refused approval appended an input: %d -> %d", before.Inputs, after.Inputs)
+	}
 	// Nothing under way: the resume is a 204.
-	res, body := r.call("GET", "/v1/ai-sdk/chat/chat-1/stream", tok, nil)
+	res, body = r.call("GET", "/v1/ai-sdk/chat/chat-1/stream", tok, nil)
 	if res.StatusCode != 204 {
 		t.Fatalf("resume with nothing under way: %d %s", res.StatusCode, body)
 	}

@@ -124,6 +124,9 @@ func (g *Gateway) chatCompletions(w http.ResponseWriter, r *http.Request, c *Cal
 	if end.Termination == "suspended" {
 		out["lash_suspended"] = true
 	}
+	if s := refusal(end); s != "" {
+		return fail(http.StatusBadRequest, "the input was refused: %s", s)
+	}
 	if end.Code != "" && end.Termination == "error" {
 		return fail(http.StatusBadGateway, "the turn failed: %s", end.Code)
 	}
@@ -188,6 +191,10 @@ func (g *Gateway) completionStream(w http.ResponseWriter, r *http.Request, c *Ca
 		}
 		return nil
 	}, func(ev live.Event) error {
+		if s := refusal(ev); s != "" {
+			b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": "the input was refused: " + s, "type": "invalid_request_error", "code": "input_refused"}})
+			return st.write(append(append([]byte("data: "), b...), "\n\n"...))
+		}
 		if ev.Code != "" && ev.Termination == "error" {
 			b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": "the turn failed: " + ev.Code, "type": "api_error", "code": ev.Code}})
 			return st.write(append(append([]byte("data: "), b...), "\n\n"...))

@@ -30,6 +30,10 @@ const (
 	// TypeTurnFailed: the run stopped without committing (another run
 	// finishes the turn); Error says why.
 	TypeTurnFailed = "turn_failed"
+	// TypeInputConsumed: an input was consumed without a turn (Cursor is
+	// its sequence): refused (Error says why), or a duplicate of an input
+	// taken before.
+	TypeInputConsumed = "input_consumed"
 )
 
 // Event is one live event, as JSON on the wire.
