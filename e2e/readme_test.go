@@ -81,7 +81,7 @@ func TestREADMEHTTPExamples(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the README's HTTP API examples: %v\n%s", err, out)
 	}
-	for _, want := range []string{`"seq":1`, "event: open", `"suspended_calls"`, `"finishReason":"tool-calls"`, `"object":"chat.completion"`} {
+	for _, want := range []string{`"seq":1`, "event: open", `"last_input":1`, `"finishReason":"tool-calls"`, `"object":"chat.completion"`} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("no %s in the examples' output:\n%s", want, out)
 		}
