@@ -301,4 +301,15 @@ func TestStopNamesItsTurn(t *testing.T) {
 	if err != nil || len(res) == 0 || res[0].Outcome.Termination.Reason != turn.Cancelled || r.models.Requests() > calls+1 {
 		t.Fatalf("the named turn: %+v, %v, %d model calls", res, err, r.models.Requests()-calls)
 	}
+	// A stop naming an input of another session starts no turn here.
+	otherSeq, _, err := n.Session("s2").Send(r.ctx, "k1", Input{Text: "hello"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Send(r.ctx, "stop-other", Input{Cancel: true, Turn: fmt.Sprintf("in-%d", otherSeq)}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := s.Run(r.ctx); err != nil || len(res) != 0 {
+		t.Fatalf("a stop of another session's input ran: %+v, %v", res, err)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -175,11 +176,14 @@ func screen(st *state, taken []sessionlog.InputUse, in sessionlog.Input, start b
 		return refuse("%v: session %s has begun: labels are given with its first message", ErrBadInput, st.id)
 	}
 	if target, ok := TurnInput(parsed.Turn); ok {
+		// The turn that takes the named input took it before the cancel
+		// (inputs are taken in order): a cancel applies only there, so a
+		// stop never starts a turn of its own or stops another.
 		switch {
-		case target >= in.Seq:
-			return refuse("%v: the cancel names turn %s, of an input after it", ErrBadInput, parsed.Turn)
 		case target <= st.cursor:
 			return refuse("stale stop: turn %s ended before it came (inputs through %d were answered)", parsed.Turn, st.cursor)
+		case !slices.ContainsFunc(taken, func(u sessionlog.InputUse) bool { return u.Seq == target }):
+			return refuse("%v: the cancel names turn %s, but input %d is no input of this session before it", ErrBadInput, parsed.Turn, target)
 		}
 	}
 	if start && parsed.Text == "" && parsed.Notice == "" && !parsed.Cancel {

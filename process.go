@@ -163,9 +163,6 @@ func (n *Node) processEnded(ctx context.Context, p *processes.Process, live bool
 			n.opts.logger.Warn("cancelling a sub-agent's turn", "session", in.Session, "err", err)
 		}
 	}
-	if stoppedTree(p) {
-		return // the stop ended the parent's turn too: nothing to tell it
-	}
 	target := p.WakesTarget()
 	if n.proj != nil {
 		// Other sessions that may address the process may await it too:
@@ -197,6 +194,9 @@ func (n *Node) processEnded(ctx context.Context, p *processes.Process, live bool
 				}
 			}
 		}
+	}
+	if stoppedTree(p) {
+		return // the stop ended the parent's turn too: no new turn is started to tell it
 	}
 	text := fmt.Sprintf("[process %s (%s) %s] %s", p.ID, processName(p), p.Status(), builtin.ProcessOutcome(p))
 	if _, _, err := n.Session(target).Send(ctx, key, Input{Notice: text}); err != nil && ctx.Err() == nil {

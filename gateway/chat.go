@@ -44,13 +44,37 @@ func (g *Gateway) relay(ctx context.Context, rs *response, idle *beat, event fun
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go g.watchAnswer(ctx, rs, &last)
+	// Turns named for a later input are other responses' (a replay reads
+	// past its own); the events of a turn named for an earlier input are
+	// the end of an earlier response, unless that turn takes the input at
+	// a checkpoint: they are held until its commit says which.
+	var held []live.Record
+	heldBytes := 0
 	handle := func(rec live.Record) error {
 		last.Store(time.Now().UnixNano())
-		if answers(rec.Event, rs.through) {
-			if err := end(rec.Event); err != nil {
+		ev := rec.Event
+		id, named := lash.TurnInput(ev.Turn)
+		switch {
+		case answers(ev, rs.through):
+			for _, h := range held {
+				if err := event(h); err != nil {
+					return err
+				}
+			}
+			held = nil
+			if err := end(ev); err != nil {
 				return err
 			}
 			return errAnswered
+		case named && id > rs.through:
+			return nil
+		case named && id < rs.through:
+			if ev.Type == live.TypeTurnCommitted || ev.Type == live.TypeInputConsumed {
+				held, heldBytes = held[:0], 0 // it answered an earlier input only
+			} else if heldBytes += len(ev.Text) + 256; heldBytes <= tapBytes*8 {
+				held = append(held, rec)
+			}
+			return nil
 		}
 		return event(rec)
 	}
@@ -68,8 +92,8 @@ func (g *Gateway) relay(ctx context.Context, rs *response, idle *beat, event fun
 		if err != nil {
 			return err
 		}
-		after = first - 1
-		err = g.c.Read(ctx, subj, first, func(m *streams.Msg) error {
+		after = max(first, 1) - 1
+		err = g.c.Read(ctx, subj, max(first, 1), func(m *streams.Msg) error {
 			after = m.Seq
 			ev := decodeEvent(rs.t.session, m)
 			ended := ev.Type == live.TypeTurnCommitted && ev.Status != "waiting" || ev.Type == live.TypeInputConsumed
@@ -101,21 +125,27 @@ func (g *Gateway) relay(ctx context.Context, rs *response, idle *beat, event fun
 // anew) must not hold a stream open for ever.
 var answerCheck = 5 * time.Second
 
+const maxAnswerCheck = time.Minute
+
 // watchAnswer ends a quiet response from the session's head: once its
 // inputs are consumed, the commit that did it ends the response (pushed
 // as the last event, after those queued).
 func (g *Gateway) watchAnswer(ctx context.Context, rs *response, last *atomic.Int64) {
-	t := time.NewTicker(answerCheck / 2)
-	defer t.Stop()
+	// Quiet for long (a long tool call, a turn queued behind another) it
+	// asks less and less often, at most every maxAnswerCheck.
+	wait := answerCheck
 	for {
+		quiet := time.Since(time.Unix(0, last.Load()))
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(max(wait-quiet, answerCheck/5)):
 		}
-		if time.Since(time.Unix(0, last.Load())) < answerCheck {
+		if time.Since(time.Unix(0, last.Load())) < wait {
+			wait = answerCheck // events came: start over
 			continue
 		}
+		wait = min(2*wait, maxAnswerCheck)
 		rctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 		st, err := g.api.Status(rctx, rs.t.session)
 		cancel()
@@ -199,6 +229,11 @@ func (g *Gateway) uiChat(w http.ResponseWriter, r *http.Request, c *Caller) erro
 		return fail(http.StatusBadRequest, "messages: none")
 	}
 	last := req.Messages[len(req.Messages)-1]
+	sl, err := g.reserve(c)
+	if err != nil {
+		return err
+	}
+	defer sl.free()
 	ctx := r.Context()
 	t, pos, err := g.hub.open(ctx, session)
 	if err != nil {
@@ -259,17 +294,14 @@ func (g *Gateway) uiChat(w http.ResponseWriter, r *http.Request, c *Caller) erro
 		// and is replayed whole, in the message it continues.
 		messageID, known = req.MessageID, nil
 	}
-	return g.uiStream(w, r, c, rs, messageID, known)
+	return g.uiStream(w, r, sl, rs, messageID, known)
 }
 
-func (g *Gateway) uiStream(w http.ResponseWriter, r *http.Request, c *Caller, rs *response, messageID string, known map[string]string) error {
-	st, err := g.openEventStream(w, r, c, uiHeaders)
-	if err != nil {
-		return err
-	}
+func (g *Gateway) uiStream(w http.ResponseWriter, r *http.Request, sl *slot, rs *response, messageID string, known map[string]string) error {
+	st := g.startStream(w, r, sl, uiHeaders)
 	defer st.close()
 	m := newUIMapper(messageID, known)
-	err = g.relay(st.ctx, rs, st.beat, func(rec live.Record) error {
+	err := g.relay(st.ctx, rs, st.beat, func(rec live.Record) error {
 		return writeChunks(st, m.event(rec.Event))
 	}, func(ev live.Event) error {
 		if err := writeChunks(st, m.finish(ev)); err != nil {
@@ -286,6 +318,11 @@ func (g *Gateway) uiStream(w http.ResponseWriter, r *http.Request, c *Caller, rs
 // uiResume answers the transport's reconnect: the response under way,
 // replayed from its start, or 204 when none is.
 func (g *Gateway) uiResume(w http.ResponseWriter, r *http.Request, c *Caller, session string) error {
+	sl, err := g.reserve(c)
+	if err != nil {
+		return err
+	}
+	defer sl.free()
 	ctx, cancel := g.requestCtx(r)
 	t, pos, err := g.hub.open(r.Context(), session)
 	if err != nil {
@@ -302,7 +339,7 @@ func (g *Gateway) uiResume(w http.ResponseWriter, r *http.Request, c *Caller, se
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
-	return g.uiStream(w, r, c, &response{t: t, pos: pos, through: slices.Max(status.Pending), replay: true}, "", nil)
+	return g.uiStream(w, r, sl, &response{t: t, pos: pos, through: slices.Max(status.Pending), replay: true}, "", nil)
 }
 
 // aguiInput is AG-UI's RunAgentInput, as much of it as lash reads.
@@ -337,6 +374,11 @@ func (g *Gateway) aguiRun(w http.ResponseWriter, r *http.Request, c *Caller) err
 	case in.RunID == "" || len(in.RunID) > streams.MaxIDBytes:
 		return fail(http.StatusBadRequest, "runId: 1 to %d bytes", streams.MaxIDBytes)
 	}
+	sl, err := g.reserve(c)
+	if err != nil {
+		return err
+	}
+	defer sl.free()
 	ctx := r.Context()
 	t, pos, err := g.hub.open(ctx, session)
 	if err != nil {
@@ -372,10 +414,7 @@ func (g *Gateway) aguiRun(w http.ResponseWriter, r *http.Request, c *Caller) err
 		}
 		rs.through, rs.replay = a.Seq, a.Duplicate
 	}
-	st, err := g.openEventStream(w, r, c, nil)
-	if err != nil {
-		return err
-	}
+	st := g.startStream(w, r, sl, nil)
 	defer st.close()
 	m := newAGUIMapper(session, in.RunID)
 	if writeChunks(st, m.started()) != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -112,23 +111,30 @@ func (h *hub) run(ctx context.Context) {
 			h.mu.Unlock()
 			h.markReady()
 			backoff = 100 * time.Millisecond
-			err = h.c.Tail(ctx, streams.Live, []string{subject}, last+1, func(m *streams.Msg, _ uint64) error {
+			tctx, stop := context.WithCancelCause(ctx)
+			go h.watchStream(tctx, stop)
+			err = h.c.Tail(tctx, streams.Live, []string{subject}, last+1, func(m *streams.Msg, _ uint64) error {
 				h.dispatch(m)
 				return nil
 			})
+			if c := context.Cause(tctx); ctx.Err() == nil && c != nil && !errors.Is(c, context.Canceled) {
+				err = c
+			}
+			stop(nil)
 		}
 		if ctx.Err() != nil {
 			break
 		}
 		h.log.Warn("gateway: following live events failed; following again", "err", err, "in", backoff)
 		h.mu.Lock()
-		h.err = fmt.Errorf("live events: %v", err)
+		h.err = &errHub{err}
 		for _, taps := range h.subs {
 			for t := range taps {
 				t.stop(h.err)
 			}
 		}
 		h.mu.Unlock()
+		h.markReady() // a hub that never followed answers with its error
 		select {
 		case <-ctx.Done():
 		case <-time.After(backoff):
@@ -144,6 +150,37 @@ func (h *hub) run(ctx context.Context) {
 		}
 	}
 	h.markReadyLocked()
+}
+
+// errHub: the gateway does not follow live events now (the servers are
+// unreachable, or LIVE was made anew and it follows again).
+type errHub struct{ err error }
+
+func (e *errHub) Error() string { return "live events: " + e.err.Error() }
+
+var errRemade = errors.New("the LIVE stream was made anew (a server restarted): events before it are gone")
+
+// watchStream ends the follow when LIVE was made anew (a memory stream
+// after its server restarted): the ordered consumer would wait at the old
+// stream's next sequence, which the new one reaches only much later.
+func (h *hub) watchStream(ctx context.Context, stop context.CancelCauseFunc) {
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		_, last, err := h.c.Bounds(ctx, streams.Live)
+		h.mu.Lock()
+		pos := h.pos
+		h.mu.Unlock()
+		if err == nil && last < pos {
+			stop(errRemade)
+			return
+		}
+	}
 }
 
 func (h *hub) markReady() {

@@ -18,9 +18,10 @@ import (
 // no conversation id); the model names the agent ("lash" or "default" for
 // the deployment's default). The request's last message is the user's
 // new message; the earlier ones are the client's copy of what the session
-// holds already, and are not read. Its key is the Idempotency-Key header,
-// else one made from the position and text of that message, so a client's
-// retry is the same input and its response replayed. Tools run in lash;
+// holds already, and are only hashed: its key is the Idempotency-Key
+// header, else a hash of the conversation the request carries, so a
+// client's retry is the same input and its response replayed, and the
+// same words later in the conversation are not. Tools run in lash;
 // the completion carries the assistant's text. A response paused for a
 // decision ends with finish_reason "stop" and lash_suspended: decide
 // through /v1/sessions/{id}/decisions and send the next message.
@@ -77,8 +78,13 @@ func (g *Gateway) chatCompletions(w http.ResponseWriter, r *http.Request, c *Cal
 	text := aguiText(req.Messages[len(req.Messages)-1].Content)
 	key := r.Header.Get("Idempotency-Key")
 	if key == "" {
-		sum := sha256.Sum256(fmt.Appendf(nil, "%d\x00%s", len(req.Messages), text))
-		key = "oa-" + hex.EncodeToString(sum[:16])
+		// The conversation as the client sends it: a retry is the same,
+		// the same words later in the conversation are not.
+		h := sha256.New()
+		for _, m := range req.Messages {
+			fmt.Fprintf(h, "%s\x00%s\x01", m.Role, aguiText(m.Content))
+		}
+		key = "oa-" + hex.EncodeToString(h.Sum(nil)[:16])
 	} else if _, err := idempotencyKey(r); err != nil {
 		return err
 	}
@@ -86,6 +92,13 @@ func (g *Gateway) chatCompletions(w http.ResponseWriter, r *http.Request, c *Cal
 	if agent == "lash" || agent == "default" {
 		agent = ""
 	}
+	// A completion holds a stream's place, streamed or not, while its
+	// turn runs.
+	sl, err := g.reserve(c)
+	if err != nil {
+		return err
+	}
+	defer sl.free()
 	t, pos, err := g.hub.open(r.Context(), session)
 	if err != nil {
 		return err
@@ -100,13 +113,12 @@ func (g *Gateway) chatCompletions(w http.ResponseWriter, r *http.Request, c *Cal
 	created := time.Now().Unix()
 	model := req.Model
 	if req.Stream {
-		return g.completionStream(w, r, c, rs, id, model, created)
+		return g.completionStream(w, r, sl, rs, id, model, created)
 	}
-	var m oaMapper
-	var answer strings.Builder
+	var answer whole
 	var end live.Event
 	err = g.relay(r.Context(), rs, nil, func(rec live.Record) error {
-		answer.WriteString(m.text(rec.Event))
+		answer.add(rec.Event)
 		return nil
 	}, func(ev live.Event) error {
 		end = ev
@@ -118,7 +130,7 @@ func (g *Gateway) chatCompletions(w http.ResponseWriter, r *http.Request, c *Cal
 		}
 		return err
 	}
-	msg := map[string]any{"role": "assistant", "content": answer.String()}
+	msg := map[string]any{"role": "assistant", "content": answer.b.String()}
 	out := map[string]any{"id": id, "object": "chat.completion", "created": created, "model": model,
 		"choices": []any{map[string]any{"index": 0, "message": msg, "finish_reason": finishReason(end), "logprobs": nil}}}
 	if end.Termination == "suspended" {
@@ -141,28 +153,25 @@ func finishReason(ev live.Event) string {
 	return "stop"
 }
 
-// oaMapper keeps the text of a response: streamed pieces, and the whole
-// text of a model call that streamed none (one replayed).
+// oaMapper keeps the text of a response as it streams: the pieces of each
+// model call, and the whole text of one that streamed none (replayed). A
+// call answered again by another run (the first died mid-answer) streams
+// again from its start: a streamed completion has both, as it came.
 type oaMapper struct {
 	streamed bool // the current model call's text came in pieces
-	from     string
 }
 
 func (m *oaMapper) text(ev live.Event) string {
 	switch ev.Type {
 	case live.TypeTextDelta:
-		from := fmt.Sprintf("%s/%d", ev.Node, ev.Effect)
-		if m.streamed && m.from != from {
-			return "" // another run answers the call again: its text came already
-		}
-		m.streamed, m.from = true, from
+		m.streamed = true
 		return ev.Text
 	case live.TypeMessage:
 		if ev.Message == nil || ev.Message.Role != "assistant" {
 			return ""
 		}
 		if m.streamed {
-			m.streamed, m.from = false, ""
+			m.streamed = false
 			return ""
 		}
 		return ev.Message.Text
@@ -170,11 +179,38 @@ func (m *oaMapper) text(ev live.Event) string {
 	return ""
 }
 
-func (g *Gateway) completionStream(w http.ResponseWriter, r *http.Request, c *Caller, rs *response, id, model string, created int64) error {
-	st, err := g.openEventStream(w, r, c, nil)
-	if err != nil {
-		return err
+// whole is the text of a response's assistant messages, as committed (a
+// message cut for the live stream, from its pieces).
+type whole struct {
+	b      strings.Builder
+	pieces strings.Builder // of the model call under way, from its last run
+	from   string
+}
+
+func (w *whole) add(ev live.Event) {
+	switch ev.Type {
+	case live.TypeTextDelta:
+		if from := fmt.Sprintf("%s/%d", ev.Node, ev.Effect); from != w.from {
+			w.pieces.Reset()
+			w.from = from
+		}
+		w.pieces.WriteString(ev.Text)
+	case live.TypeMessage:
+		if ev.Message == nil || ev.Message.Role != "assistant" {
+			return
+		}
+		if ev.Message.Truncated && w.pieces.Len() > 0 {
+			w.b.WriteString(w.pieces.String())
+		} else {
+			w.b.WriteString(ev.Message.Text)
+		}
+		w.pieces.Reset()
+		w.from = ""
 	}
+}
+
+func (g *Gateway) completionStream(w http.ResponseWriter, r *http.Request, sl *slot, rs *response, id, model string, created int64) error {
+	st := g.startStream(w, r, sl, nil)
 	defer st.close()
 	chunk := func(delta map[string]any, finish any) []byte {
 		b, _ := json.Marshal(map[string]any{"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
@@ -185,7 +221,7 @@ func (g *Gateway) completionStream(w http.ResponseWriter, r *http.Request, c *Ca
 		return nil
 	}
 	var m oaMapper
-	err = g.relay(st.ctx, rs, st.beat, func(rec live.Record) error {
+	err := g.relay(st.ctx, rs, st.beat, func(rec live.Record) error {
 		if s := m.text(rec.Event); s != "" {
 			return st.write(chunk(map[string]any{"content": s}, nil))
 		}

@@ -216,6 +216,10 @@ func (g *Gateway) fromNodes(err error) *apiError {
 	if errors.As(err, &ue) {
 		return &apiError{status: http.StatusUnauthorized, msg: ue.Error()}
 	}
+	var he *errHub
+	if errors.As(err, &he) {
+		return &apiError{status: http.StatusServiceUnavailable, msg: he.Error(), retry: 2 * time.Second}
+	}
 	return &apiError{status: http.StatusBadGateway, msg: err.Error()}
 }
 
@@ -346,7 +350,7 @@ func (g *Gateway) cors(next http.Handler) http.Handler {
 			if granted {
 				h := w.Header()
 				h.Set("Access-Control-Allow-Methods", "GET, POST")
-				h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Idempotency-Key, Last-Event-ID")
+				h.Set("Access-Control-Allow-Headers", "Authorization, Content-Type, Idempotency-Key, Last-Event-ID, Lash-Session")
 				h.Set("Access-Control-Max-Age", "600")
 			}
 			w.WriteHeader(http.StatusNoContent)

@@ -62,10 +62,33 @@ type stream struct {
 // openEventStream counts a stream against the caller's limits and writes
 // the headers.
 func (g *Gateway) openEventStream(w http.ResponseWriter, r *http.Request, c *Caller, headers map[string]string) (*stream, error) {
+	slot, err := g.reserve(c)
+	if err != nil {
+		return nil, err
+	}
+	return g.startStream(w, r, slot, headers), nil
+}
+
+// slot is a stream counted against its caller's and the gateway's bounds,
+// taken before a request appends its input, so a refusal for the bounds
+// changes nothing. release gives it back once.
+type slot struct {
+	once    sync.Once
+	release func()
+}
+
+func (s *slot) free() { s.once.Do(s.release) }
+
+func (g *Gateway) reserve(c *Caller) (*slot, error) {
 	release, err := g.openStream(c)
 	if err != nil {
 		return nil, err
 	}
+	return &slot{release: release}, nil
+}
+
+// startStream writes the headers of a stream that holds slot.
+func (g *Gateway) startStream(w http.ResponseWriter, r *http.Request, sl *slot, headers map[string]string) *stream {
 	ctx, cancel := context.WithCancel(r.Context())
 	s := &sse{w: w, rc: http.NewResponseController(w), timeout: g.cfg.WriteTimeout, cancel: cancel}
 	h := w.Header()
@@ -79,8 +102,8 @@ func (g *Gateway) openEventStream(w http.ResponseWriter, r *http.Request, c *Cal
 	_ = s.rc.Flush()
 	return &stream{sse: s, ctx: ctx, draining: g.ctx.Done(), close: func() {
 		cancel()
-		release()
-	}, beat: &beat{every: g.cfg.Heartbeat, fn: func() error { return s.write([]byte(": ping\n\n")) }}}, nil
+		sl.free()
+	}, beat: &beat{every: g.cfg.Heartbeat, fn: func() error { return s.write([]byte(": ping\n\n")) }}}
 }
 
 // watchDrain ends the stream's context when the gateway drains, and
