@@ -20,9 +20,11 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/lash-run/lash/gateway"
 	"github.com/lash-run/lash/live"
+	"github.com/lash-run/lash/nodeapi"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/testenv"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // The same Idempotency-Key through a gateway made anew (a restart) is the
@@ -265,5 +267,44 @@ func TestStreamLimitsAndDrain(t *testing.T) {
 	}
 	if len(seen) == 0 {
 		t.Fatal("saw nothing on the server")
+	}
+}
+
+// LIVE made anew (a memory stream after its server restarted): open
+// streams are told to reconnect, and the hub follows the new stream, so
+// new answers stream again.
+func TestLiveMadeAnew(t *testing.T) {
+	r := newRig(t)
+	tok := token(t, gateway.Grant{SessionPrefix: "re-"})
+	if res, body := r.call("POST", "/v1/sessions/re-1/messages", tok, map[string]any{"text": "hello"}, "Idempotency-Key", "k1"); res.StatusCode != 202 {
+		t.Fatalf("send: %d %s", res.StatusCode, body)
+	}
+	waitStatus(t, r, tok, "re-1", func(st nodeapi.Status) bool { return st.Turns == 1 })
+	old := r.open("GET", "/v1/sessions/re-1/events?from=now", tok, nil)
+	if f, err := old.next(); err != nil || f.event != "open" {
+		t.Fatalf("open: %+v %v", f, err)
+	}
+	js, err := jetstream.New(r.srv.Conn(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(r.ctx, "LASH_LIVE"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.node.Streams().EnsureLive(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := old.next()
+		if err != nil {
+			t.Fatalf("the stream on the old LIVE ended without a word: %v", err)
+		}
+		if f.event == "reconnect" || f.event == "behind" {
+			break
+		}
+	}
+	got := r.open("POST", "/v1/ai-sdk/chat", tok, map[string]any{"id": "re-2", "messages": []any{uiUser("u1", "hi")}}).chunks(t, nil)
+	if s := text(t, got); s != "Hello there, this answer streams in pieces." {
+		t.Fatalf("an answer after LIVE was made anew: %v", got)
 	}
 }

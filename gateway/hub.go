@@ -29,6 +29,8 @@ type hub struct {
 	pos   uint64 // the last sequence handed out (or the tail when the hub started)
 	ready chan struct{}
 	err   error // why the hub is not following, while it is not
+	// back closes when the hub follows again after err.
+	back chan struct{}
 }
 
 // tapBytes bounds what a stream may hold unsent: a reader slower than the
@@ -108,6 +110,10 @@ func (h *hub) run(ctx context.Context) {
 		if err == nil {
 			h.mu.Lock()
 			h.pos, h.err = last, nil
+			if h.back != nil {
+				close(h.back)
+				h.back = nil
+			}
 			h.mu.Unlock()
 			h.markReady()
 			backoff = 100 * time.Millisecond
@@ -128,6 +134,9 @@ func (h *hub) run(ctx context.Context) {
 		h.log.Warn("gateway: following live events failed; following again", "err", err, "in", backoff)
 		h.mu.Lock()
 		h.err = &errHub{err}
+		if h.back == nil {
+			h.back = make(chan struct{})
+		}
 		for _, taps := range h.subs {
 			for t := range taps {
 				t.stop(h.err)
@@ -144,6 +153,10 @@ func (h *hub) run(ctx context.Context) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.err = errors.New("the gateway is stopping")
+	if h.back != nil {
+		close(h.back) // waiters see it stop
+		h.back = nil
+	}
 	for _, taps := range h.subs {
 		for t := range taps {
 			t.stop(h.err)
@@ -231,6 +244,18 @@ func (h *hub) open(ctx context.Context, session string) (*tap, uint64, error) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.err != nil && h.back != nil {
+		// Following again takes a moment (the backoff, then one read):
+		// wait for it a while rather than refuse.
+		back := h.back
+		h.mu.Unlock()
+		select {
+		case <-back:
+		case <-ctx.Done():
+		case <-time.After(5 * time.Second):
+		}
+		h.mu.Lock()
+	}
 	if h.err != nil {
 		return nil, 0, h.err
 	}
