@@ -79,7 +79,7 @@ func (a *aguiMapper) event(ev live.Event) []chunk {
 			if tool != "" {
 				msg = tool + " waits for a decision"
 			}
-			a.interrupts = append(a.interrupts, map[string]any{"id": ev.CallID, "reason": "tool_approval",
+			a.interrupts = append(a.interrupts, map[string]any{"id": askID(ev), "reason": "tool_approval",
 				"toolCallId": ev.CallID, "message": msg})
 		}
 	case live.TypeTurnFailed:

@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/lash-run/lash"
 	"github.com/lash-run/lash/live"
@@ -118,7 +119,7 @@ func (u *uiMapper) event(ev live.Event) []chunk {
 			out = u.step(out)
 			out = u.announce(out, ev.CallID, "tool", "{}")
 		}
-		out = append(out, chunk{"type": "tool-approval-request", "approvalId": ev.CallID, "toolCallId": ev.CallID})
+		out = append(out, chunk{"type": "tool-approval-request", "approvalId": askID(ev), "toolCallId": ev.CallID})
 	case live.TypeTurnFailed:
 		out = u.endText(out)
 	}
@@ -199,6 +200,19 @@ func (u *uiMapper) finish(ev live.Event) []chunk {
 		reason = "length"
 	}
 	return append(out, chunk{"type": "finish", "finishReason": reason})
+}
+
+// askID names one asking for a decision: the call and the turn that
+// asked, so a call asked again later is answered again (its answer's key
+// is the ask's).
+func askID(ev live.Event) string { return ev.CallID + "@" + ev.Turn }
+
+// askedCall is the call an ask names.
+func askedCall(id string) string {
+	if i := strings.LastIndexByte(id, '@'); i > 0 {
+		return id[:i]
+	}
+	return id
 }
 
 // answers says whether ev is the commit that ends a response waiting for

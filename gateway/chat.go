@@ -388,7 +388,7 @@ func (g *Gateway) aguiRun(w http.ResponseWriter, r *http.Request, c *Caller) err
 	rs := &response{t: t, pos: pos}
 	if len(in.Resume) > 0 {
 		for _, res := range in.Resume {
-			d := lash.Decision{CallID: res.InterruptID, Action: "resume"}
+			d := lash.Decision{CallID: askedCall(res.InterruptID), Action: "resume"}
 			switch res.Status {
 			case "resolved":
 			case "cancelled":
