@@ -225,10 +225,11 @@ func TestStopEndsTheTree(t *testing.T) {
 	var sent struct{ Seq uint64 }
 	_ = json.Unmarshal([]byte(body), &sent)
 	turnID := fmt.Sprintf("in-%d", sent.Seq)
-	// Both the parent and its sub-agent are answering.
+	// Both the parent and its sub-agent are answering (the parent's own
+	// requests name the task too, in its call's arguments).
 	childRequests := func(after time.Time) (n int) {
 		for _, r := range models.Seen() {
-			if r.Time.After(after) && strings.Contains(fmt.Sprint(r.Request.Messages), "dig deep") {
+			if r.Time.After(after) && r.Rule == "child" {
 				n++
 			}
 		}
