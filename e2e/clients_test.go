@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -46,29 +45,7 @@ default
 // needs node and npm (and npm's registry, once); LASH_REQUIRE_NODE=1 (set
 // by .ci/run) fails instead of skipping without them.
 func TestClientsFromNPM(t *testing.T) {
-	node, nerr := exec.LookPath("node")
-	npm, merr := exec.LookPath("npm")
-	if nerr != nil || merr != nil {
-		if os.Getenv("LASH_REQUIRE_NODE") != "" {
-			t.Fatalf("node and npm are required (LASH_REQUIRE_NODE): %v %v", nerr, merr)
-		}
-		t.Skip("node or npm not installed")
-	}
-	dir := t.TempDir()
-	for _, f := range []string{"package.json", "package-lock.json", "aisdk.mjs", "agui.mjs"} {
-		b, err := os.ReadFile(filepath.Join("clients", f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	install := exec.Command(npm, "ci", "--no-audit", "--no-fund")
-	install.Dir = dir
-	if out, err := install.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci: %v\n%s", err, out)
-	}
+	node, dir := npmProject(t, "clients", "aisdk.mjs", "agui.mjs")
 	d := newDeployment(t)
 	serveWeather(t, d.url)
 	secret := "a secret of at least thirty-two bytes, for tests"

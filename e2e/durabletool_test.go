@@ -39,6 +39,21 @@ func TestNATSToolDurableWork(t *testing.T) {
 // registry, once); LASH_REQUIRE_NODE=1 (set by .ci/run) fails instead of
 // skipping without them.
 func TestJSToolDurableWork(t *testing.T) {
+	node, dir := npmProject(t, filepath.Join("..", "examples", "js-tool"), "tool.mjs")
+	d := newDeployment(t)
+	cmd := exec.Command(node, "tool.mjs")
+	cmd.Dir = dir
+	tool := startCmd(t, "js-tool", []string{"NATS_URL=" + d.url}, cmd)
+	tool.waitLine("serving js_propose", 30*time.Second)
+	durableToolRun(t, d, tool, "js_propose")
+}
+
+// npmProject copies a Node.js project's package.json, its lock file and
+// the files named from src into a temporary directory, installs what the
+// lock file pins, and returns node's path and the directory. Without node
+// and npm the test skips, or fails under LASH_REQUIRE_NODE=1 (.ci/run).
+func npmProject(t *testing.T, src string, files ...string) (node, dir string) {
+	t.Helper()
 	node, nerr := exec.LookPath("node")
 	npm, merr := exec.LookPath("npm")
 	if nerr != nil || merr != nil {
@@ -47,9 +62,9 @@ func TestJSToolDurableWork(t *testing.T) {
 		}
 		t.Skip("node or npm not installed")
 	}
-	dir := t.TempDir()
-	for _, f := range []string{"package.json", "package-lock.json", "tool.mjs"} {
-		b, err := os.ReadFile(filepath.Join("..", "examples", "js-tool", f))
+	dir = t.TempDir()
+	for _, f := range append([]string{"package.json", "package-lock.json"}, files...) {
+		b, err := os.ReadFile(filepath.Join(src, f))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,12 +77,7 @@ func TestJSToolDurableWork(t *testing.T) {
 	if out, err := install.CombinedOutput(); err != nil {
 		t.Fatalf("npm ci: %v\n%s", err, out)
 	}
-	d := newDeployment(t)
-	cmd := exec.Command(node, "tool.mjs")
-	cmd.Dir = dir
-	tool := startCmd(t, "js-tool", []string{"NATS_URL=" + d.url}, cmd)
-	tool.waitLine("serving js_propose", 30*time.Second)
-	durableToolRun(t, d, tool, "js_propose")
+	return node, dir
 }
 
 // durableToolRun has a turn call the durable tool, kills its node while

@@ -159,6 +159,21 @@ func (g *Gateway) watchAnswer(ctx context.Context, rs *response, last *atomic.In
 	}
 }
 
+// beginResponse takes a stream's place for a response and opens its tap,
+// both before the request appends its input; done gives them back.
+func (g *Gateway) beginResponse(r *http.Request, c *Caller, session string) (*slot, *response, func(), error) {
+	sl, err := g.reserve(c)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	t, pos, err := g.hub.open(r.Context(), session)
+	if err != nil {
+		sl.free()
+		return nil, nil, nil, err
+	}
+	return sl, &response{t: t, pos: pos}, func() { g.hub.close(t); sl.free() }, nil
+}
+
 // writeChunks writes chunks as SSE data frames, in one write.
 func writeChunks(st *stream, chunks []chunk) error {
 	if len(chunks) == 0 {
@@ -229,18 +244,11 @@ func (g *Gateway) uiChat(w http.ResponseWriter, r *http.Request, c *Caller) erro
 		return fail(http.StatusBadRequest, "messages: none")
 	}
 	last := req.Messages[len(req.Messages)-1]
-	sl, err := g.reserve(c)
+	sl, rs, done, err := g.beginResponse(r, c, session)
 	if err != nil {
 		return err
 	}
-	defer sl.free()
-	ctx := r.Context()
-	t, pos, err := g.hub.open(ctx, session)
-	if err != nil {
-		return err
-	}
-	defer g.hub.close(t)
-	rs := &response{t: t, pos: pos}
+	defer done()
 	messageID := ""
 	var known map[string]string
 	switch last.Role {
@@ -318,18 +326,12 @@ func (g *Gateway) uiStream(w http.ResponseWriter, r *http.Request, sl *slot, rs 
 // uiResume answers the transport's reconnect: the response under way,
 // replayed from its start, or 204 when none is.
 func (g *Gateway) uiResume(w http.ResponseWriter, r *http.Request, c *Caller, session string) error {
-	sl, err := g.reserve(c)
+	sl, rs, done, err := g.beginResponse(r, c, session)
 	if err != nil {
 		return err
 	}
-	defer sl.free()
+	defer done()
 	ctx, cancel := g.requestCtx(r)
-	t, pos, err := g.hub.open(r.Context(), session)
-	if err != nil {
-		cancel()
-		return err
-	}
-	defer g.hub.close(t)
 	status, err := g.api.Status(ctx, session)
 	cancel()
 	if err != nil {
@@ -339,7 +341,8 @@ func (g *Gateway) uiResume(w http.ResponseWriter, r *http.Request, c *Caller, se
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
-	return g.uiStream(w, r, sl, &response{t: t, pos: pos, through: slices.Max(status.Pending), replay: true}, "", nil)
+	rs.through, rs.replay = slices.Max(status.Pending), true
+	return g.uiStream(w, r, sl, rs, "", nil)
 }
 
 // aguiInput is AG-UI's RunAgentInput, as much of it as lash reads.
@@ -374,18 +377,11 @@ func (g *Gateway) aguiRun(w http.ResponseWriter, r *http.Request, c *Caller) err
 	case in.RunID == "" || len(in.RunID) > streams.MaxIDBytes:
 		return fail(http.StatusBadRequest, "runId: 1 to %d bytes", streams.MaxIDBytes)
 	}
-	sl, err := g.reserve(c)
+	sl, rs, done, err := g.beginResponse(r, c, session)
 	if err != nil {
 		return err
 	}
-	defer sl.free()
-	ctx := r.Context()
-	t, pos, err := g.hub.open(ctx, session)
-	if err != nil {
-		return err
-	}
-	defer g.hub.close(t)
-	rs := &response{t: t, pos: pos}
+	defer done()
 	if len(in.Resume) > 0 {
 		for _, res := range in.Resume {
 			d := lash.Decision{CallID: askedCall(res.InterruptID), Action: "resume"}

@@ -94,21 +94,16 @@ func (g *Gateway) chatCompletions(w http.ResponseWriter, r *http.Request, c *Cal
 	}
 	// A completion holds a stream's place, streamed or not, while its
 	// turn runs.
-	sl, err := g.reserve(c)
+	sl, rs, done, err := g.beginResponse(r, c, session)
 	if err != nil {
 		return err
 	}
-	defer sl.free()
-	t, pos, err := g.hub.open(r.Context(), session)
-	if err != nil {
-		return err
-	}
-	defer g.hub.close(t)
+	defer done()
 	a, err := g.submit(r, c, session, key, text, agent, nil)
 	if err != nil {
 		return err
 	}
-	rs := &response{t: t, pos: pos, through: a.Seq, replay: a.Duplicate}
+	rs.through, rs.replay = a.Seq, a.Duplicate
 	id := fmt.Sprintf("chatcmpl-%s-%d", session, a.Seq)
 	created := time.Now().Unix()
 	model := req.Model

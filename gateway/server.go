@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -396,5 +395,3 @@ func idempotencyKey(r *http.Request) (string, error) {
 func (g *Gateway) requestCtx(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), g.cfg.Timeout)
 }
-
-func trimLower(s string) string { return strings.ToLower(strings.TrimSpace(s)) }
