@@ -58,7 +58,7 @@ func (a *aguiMapper) event(ev live.Event) []chunk {
 	out := a.begin(ev, nil)
 	switch ev.Type {
 	case live.TypeTextDelta:
-		from := fmt.Sprintf("%s/%d", ev.Node, ev.Effect)
+		from := answerOf(ev)
 		if a.text != "" && a.textFrom != from {
 			out = a.endText(out)
 		}

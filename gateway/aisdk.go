@@ -92,7 +92,7 @@ func (u *uiMapper) event(ev live.Event) []chunk {
 	switch ev.Type {
 	case live.TypeTextDelta:
 		out = u.begin(ev, out)
-		from := fmt.Sprintf("%s/%d", ev.Node, ev.Effect)
+		from := answerOf(ev)
 		if u.text != "" && u.textFrom != from {
 			// Another run answers the call again (the first one died):
 			// its answer is a part of its own.
@@ -230,3 +230,8 @@ func refusal(ev live.Event) string {
 	}
 	return ""
 }
+
+// answerOf names the model call a text delta belongs to, with the run
+// that answers it: a call answered again by another run (the first died)
+// is another answer.
+func answerOf(ev live.Event) string { return fmt.Sprintf("%s/%d", ev.Node, ev.Effect) }

@@ -185,7 +185,7 @@ type whole struct {
 func (w *whole) add(ev live.Event) {
 	switch ev.Type {
 	case live.TypeTextDelta:
-		if from := fmt.Sprintf("%s/%d", ev.Node, ev.Effect); from != w.from {
+		if from := answerOf(ev); from != w.from {
 			w.pieces.Reset()
 			w.from = from
 		}

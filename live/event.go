@@ -100,11 +100,18 @@ func FromMessage(m turn.Message) *Message {
 }
 
 func (m *Message) cut(s string) string {
-	if len(s) <= MaxText {
-		return s
+	s, cut := Clip(s, MaxText)
+	m.Truncated = m.Truncated || cut
+	return s
+}
+
+// Clip cuts s to at most n bytes, on a rune boundary, and says whether it
+// cut.
+func Clip(s string, n int) (string, bool) {
+	if len(s) <= n {
+		return s, false
 	}
-	m.Truncated = true
-	return s[:runeStart(s, MaxText)]
+	return s[:runeStart(s, n)], true
 }
 
 // runeStart is the largest i <= n that starts a rune of s, or n when none

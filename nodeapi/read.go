@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/lash-run/lash"
+	"github.com/lash-run/lash/live"
 	"github.com/lash-run/lash/projector"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/turn"
@@ -207,15 +208,9 @@ func transcriptMessage(e projector.TranscriptEntry) TranscriptMessage {
 }
 
 func (m *TranscriptMessage) cut(s string) string {
-	if len(s) <= MaxMessageText {
-		return s
-	}
-	m.Truncated = true
-	n := MaxMessageText
-	for n > 0 && n > MaxMessageText-4 && s[n]&0xC0 == 0x80 {
-		n--
-	}
-	return s[:n]
+	s, cut := live.Clip(s, MaxMessageText)
+	m.Truncated = m.Truncated || cut
+	return s
 }
 
 // statusOf is a head as the status endpoint answers it.
