@@ -3,11 +3,11 @@ package lash_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/lash-run/lash/internal/bench"
 	"github.com/lash-run/lash/testenv"
-	"github.com/nats-io/nats.go"
 )
 
 // The benchmarks of internal/bench, on an embedded server that fsyncs
@@ -15,6 +15,13 @@ import (
 // reports its figure and its ratio to the raw JetStream floor measured in
 // the same run; b.N only sets how many samples each takes. lash-bench runs
 // the same with larger counts (README, "Performance").
+
+// TestMain runs BenchmarkClientAPI's clients when this binary is started
+// again as their process.
+func TestMain(m *testing.M) {
+	bench.RunClient()
+	os.Exit(m.Run())
+}
 
 func env(b *testing.B, sync bool) (*bench.Env, bench.Floor) {
 	b.Helper()
@@ -127,7 +134,7 @@ func BenchmarkConcurrency(b *testing.B) {
 // the log's flushes.
 func BenchmarkConcurrencyR3(b *testing.B) {
 	c := testenv.RunCluster(b, 3, testenv.WithSyncAlways())
-	e, err := bench.Attach(func() (*nats.Conn, error) { return nats.Connect(c.URL()) }, 3, true)
+	e, err := bench.Attach(c.URL(), 3, true)
 	if err != nil {
 		b.Fatal(err)
 	}

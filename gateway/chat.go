@@ -65,6 +65,12 @@ func (g *Gateway) relay(ctx context.Context, rs *response, idle *beat, event fun
 			if err := end(ev); err != nil {
 				return err
 			}
+			if idle != nil {
+				// The end goes out now, not after the request's teardown.
+				if err := idle.flush(); err != nil {
+					return err
+				}
+			}
 			return errAnswered
 		case named && id > rs.through:
 			return nil

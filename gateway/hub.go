@@ -300,12 +300,13 @@ func (h *hub) follow(ctx context.Context, session string, after uint64, fn func(
 	return h.from(ctx, t, pos, after, fn, idle)
 }
 
-// beat is what a stream does while no event comes: every so often, fn
-// (a heartbeat), on the stream's own goroutine, so an idle stream costs
-// no goroutine of its own.
+// beat is what a stream does while no event comes: flush what it wrote
+// before it waits, and every so often fn (a heartbeat), on the stream's
+// own goroutine, so an idle stream costs no goroutine of its own.
 type beat struct {
 	every time.Duration
 	fn    func() error
+	flush func() error
 }
 
 // from is follow on a tap opened at hub position pos.
@@ -358,6 +359,9 @@ func (h *hub) from(ctx context.Context, t *tap, pos, after uint64, fn func(live.
 		}
 		var ticks <-chan time.Time
 		if idle != nil {
+			if err := idle.flush(); err != nil {
+				return err
+			}
 			if timer == nil {
 				timer = time.NewTimer(idle.every)
 				defer timer.Stop()

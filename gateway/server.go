@@ -44,6 +44,11 @@ type Config struct {
 	// Timeout bounds a request to the nodes (default 10s).
 	Timeout time.Duration
 	Logger  *slog.Logger
+	// Local is the node API served by this process, if one is: requests
+	// go to it in-process while it serves, a trip through NATS shorter
+	// (nodeapi.Client.Via). Without it, or once it stops, they go over
+	// NATS to any node.
+	Local *nodeapi.Server
 }
 
 // MaxHeaderBytes bounds a request's headers (http.Server's
@@ -121,7 +126,11 @@ func New(c *streams.Client, cfg Config) (*Gateway, error) {
 		cancel()
 		return nil, err
 	}
-	g := &Gateway{cfg: cfg, c: c, api: nodeapi.NewClient(c.Conn(), c.Config().Prefix), auth: auth,
+	api := nodeapi.NewClient(c.Conn(), c.Config().Prefix)
+	if cfg.Local != nil {
+		api = api.Via(cfg.Local)
+	}
+	g := &Gateway{cfg: cfg, c: c, api: api, auth: auth,
 		hub: newHub(c, cfg.Logger), ctx: ctx, cancel: cancel, limits: map[string]*tokenLimit{}}
 	g.hubRun.Go(func() { g.hub.run(ctx) })
 	return g, nil

@@ -9,8 +9,9 @@ import (
 )
 
 // sse writes one event stream: the handler's frames and the heartbeat's
-// comments, each flushed at once, each under a write deadline so a reader
-// that stopped reading is cut.
+// comments, under a write deadline so a reader that stopped reading is
+// cut. Frames are sent when the stream flushes: it does before it waits
+// for more (beat.flush), so the events that came together go in one write.
 type sse struct {
 	mu      sync.Mutex
 	w       http.ResponseWriter
@@ -18,10 +19,13 @@ type sse struct {
 	timeout time.Duration
 	cancel  context.CancelFunc
 	err     error
+	unsent  bool
 }
 
 var errGone = errors.New("the reader is gone")
 
+// write adds frame to what the stream sends next. (The server's buffer,
+// once full, is sent at once, under the same deadline.)
 func (s *sse) write(frame []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -29,22 +33,39 @@ func (s *sse) write(frame []byte) error {
 		return s.err
 	}
 	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
-	_, err := s.w.Write(frame)
-	if err == nil {
-		err = s.rc.Flush()
+	if _, err := s.w.Write(frame); err != nil {
+		return s.fail()
 	}
-	if err != nil {
-		s.err = errGone
-		s.cancel()
-		// A reader that stopped reading would hold the connection (and
-		// what the server buffered for it) while the server finishes the
-		// response: it is cut at once.
-		if conn, _, herr := s.rc.Hijack(); herr == nil {
-			_ = conn.Close()
-		}
+	s.unsent = true
+	return nil
+}
+
+// flush sends what was written.
+func (s *sse) flush() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil || !s.unsent {
 		return s.err
 	}
+	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	if err := s.rc.Flush(); err != nil {
+		return s.fail()
+	}
+	s.unsent = false
 	return nil
+}
+
+// fail ends a stream whose write failed; s.mu is held.
+func (s *sse) fail() error {
+	s.err = errGone
+	s.cancel()
+	// A reader that stopped reading would hold the connection (and what
+	// the server buffered for it) while the server finishes the response:
+	// it is cut at once.
+	if conn, _, herr := s.rc.Hijack(); herr == nil {
+		_ = conn.Close()
+	}
+	return s.err
 }
 
 // stream is an open event stream: ctx ends when the reader goes, the
@@ -103,7 +124,12 @@ func (g *Gateway) startStream(w http.ResponseWriter, r *http.Request, sl *slot, 
 	return &stream{sse: s, ctx: ctx, draining: g.ctx.Done(), close: func() {
 		cancel()
 		sl.free()
-	}, beat: &beat{every: g.cfg.Heartbeat, fn: func() error { return s.write([]byte(": ping\n\n")) }}}
+	}, beat: &beat{every: g.cfg.Heartbeat, flush: s.flush, fn: func() error {
+		if err := s.write([]byte(": ping\n\n")); err != nil {
+			return err
+		}
+		return s.flush()
+	}}}
 }
 
 // watchDrain ends the stream's context when the gateway drains, and

@@ -23,6 +23,7 @@ var ErrNoNode = errors.New("nodeapi: no lash node answers")
 type Client struct {
 	nc     *nats.Conn
 	prefix string
+	local  *Server
 }
 
 // NewClient returns a client for the deployment with prefix (empty means
@@ -32,6 +33,16 @@ func NewClient(nc *nats.Conn, prefix string) *Client {
 		prefix = streams.DefaultPrefix
 	}
 	return &Client{nc: nc, prefix: prefix}
+}
+
+// Via returns a client that hands requests to s, a node API served by
+// this process, without a trip through NATS, while s serves; once s
+// stops, it asks over NATS, where the other nodes answer. What s does
+// with a request is what it does with one from NATS.
+func (c *Client) Via(s *Server) *Client {
+	v := *c
+	v.local = s
+	return &v
 }
 
 // The session methods ask the session's own subject (SessionSubject), so
@@ -163,6 +174,11 @@ func (c *Client) do(ctx context.Context, endpoint, subject string, data []byte) 
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, DefaultTimeout)
 		defer cancel()
+	}
+	if c.local != nil && c.local.prefix == c.prefix {
+		if body, err, served := c.local.call(ctx, endpoint, subject, data); served {
+			return body, err
+		}
 	}
 	m, err := c.nc.RequestWithContext(ctx, subject, data)
 	if errors.Is(err, nats.ErrNoResponders) {

@@ -61,6 +61,9 @@ type Server struct {
 	stopped  bool
 	inflight sync.WaitGroup
 	refused  []Refusal // a ring of the newest, MaxRefusals at most
+	// routes are the endpoints' handlers by endpoint name, and by
+	// "session-"+name on sessions' own subjects, for in-process calls.
+	routes map[string]route
 }
 
 // Start registers the node's micro service on the node's NATS connection
@@ -81,7 +84,7 @@ func Start(node *lash.Node, cfg Config) (*Server, error) {
 	}
 	c := node.Streams()
 	s := &Server{node: node, proj: node.Projection(), cfg: cfg, prefix: c.Config().Prefix,
-		leases: leases.New(c, node.Owner()), started: time.Now()}
+		leases: leases.New(c, node.Owner()), started: time.Now(), routes: map[string]route{}}
 	owner := node.Owner()
 	svc, err := micro.AddService(c.Conn(), micro.Config{
 		Name:        ServiceName,
@@ -122,7 +125,9 @@ func Start(node *lash.Node, cfg Config) (*Server, error) {
 	}
 	for _, e := range endpoints {
 		opts := append(e.opts, micro.WithEndpointMetadata(map[string]string{"request": e.request}))
-		if err := g.AddEndpoint(e.name, s.handler(e.name, e.handle), opts...); err != nil {
+		plain := func(ctx context.Context, _ string, data []byte) (any, error) { return e.handle(ctx, data) }
+		s.routes[e.name] = plain
+		if err := g.AddEndpoint(e.name, s.subjectHandler(e.name, plain), opts...); err != nil {
 			_ = svc.Stop()
 			return nil, fmt.Errorf("nodeapi: endpoint %s: %w", e.name, err)
 		}
@@ -134,7 +139,8 @@ func Start(node *lash.Node, cfg Config) (*Server, error) {
 			handle = s.submitMessage
 		}
 		opts = append(opts, micro.WithEndpointSubject("sess.*."+e.name))
-		if err := g.AddEndpoint("session-"+e.name, s.sessionHandler(e.name, handle), opts...); err != nil {
+		s.routes["session-"+e.name] = s.sessionHandler(e.name, handle)
+		if err := g.AddEndpoint("session-"+e.name, s.subjectHandler(e.name, s.routes["session-"+e.name]), opts...); err != nil {
 			_ = svc.Stop()
 			return nil, fmt.Errorf("nodeapi: endpoint session-%s: %w", e.name, err)
 		}
@@ -160,16 +166,10 @@ func (s *Server) Stop() error {
 	return err
 }
 
-// handler answers a request synchronously: micro reads the outcome of a
-// request when its handler returns.
-func (s *Server) handler(endpoint string, handle func(context.Context, []byte) (any, error)) micro.Handler {
-	return s.subjectHandler(endpoint, func(ctx context.Context, _ string, data []byte) (any, error) { return handle(ctx, data) })
-}
-
 // sessionHandler answers endpoint on a session's own subject: the session
 // is the subject's token, and a request that names another is refused.
-func (s *Server) sessionHandler(endpoint string, handle func(context.Context, []byte) (any, error)) micro.Handler {
-	return s.subjectHandler(endpoint, func(ctx context.Context, subject string, data []byte) (any, error) {
+func (s *Server) sessionHandler(endpoint string, handle func(context.Context, []byte) (any, error)) route {
+	return func(ctx context.Context, subject string, data []byte) (any, error) {
 		tok, ok := strings.CutPrefix(subject, s.prefix+".api.sess.")
 		if ok {
 			tok, ok = strings.CutSuffix(tok, "."+endpoint)
@@ -204,24 +204,16 @@ func (s *Server) sessionHandler(endpoint string, handle func(context.Context, []
 		fields["session"], _ = json.Marshal(session)
 		data, _ = json.Marshal(fields)
 		return handle(ctx, data)
-	})
+	}
 }
 
-func (s *Server) subjectHandler(endpoint string, handle func(context.Context, string, []byte) (any, error)) micro.Handler {
-	return micro.HandlerFunc(func(r micro.Request) {
-		s.mu.Lock()
-		if s.stopped {
-			s.mu.Unlock()
-			// Delivered while the service drained: say so at once, so the
-			// caller asks again (another node answers) instead of waiting.
-			_ = r.Error(strconv.Itoa(CodeBusy), "node "+s.node.ID()+" is stopping; ask again", nil)
-			return
-		}
-		s.inflight.Add(1)
-		s.mu.Unlock()
-		defer s.inflight.Done()
+// route handles a request to one endpoint, given the subject it came on.
+type route func(ctx context.Context, subject string, data []byte) (any, error)
 
-		began := time.Now()
+// subjectHandler answers a request synchronously: micro reads the outcome
+// of a request when its handler returns.
+func (s *Server) subjectHandler(endpoint string, handle route) micro.Handler {
+	return micro.HandlerFunc(func(r micro.Request) {
 		if reply := r.Reply(); s.landsInStream(reply) {
 			// The answer would be published where lash's streams capture
 			// it (another session's inputs, a tool's endpoint, the
@@ -230,38 +222,70 @@ func (s *Server) subjectHandler(endpoint string, handle func(context.Context, st
 			s.refuse(endpoint, e, r.Data())
 			s.cfg.Logger.Warn("node API request refused", "endpoint", endpoint, "code", e.Code, "reason", e.Description)
 			if s.cfg.OnRequest != nil {
-				s.cfg.OnRequest(endpoint, e.Code, time.Since(began))
+				s.cfg.OnRequest(endpoint, e.Code, 0)
 			}
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.Timeout)
-		defer cancel()
-		resp, err := handle(ctx, r.Subject(), r.Data())
-		code := 200
-		if err == nil {
+		if !s.enter() {
+			// Delivered while the service drained: say so at once, so the
+			// caller asks again (another node answers) instead of waiting.
+			_ = r.Error(strconv.Itoa(CodeBusy), "node "+s.node.ID()+" is stopping; ask again", nil)
+			return
+		}
+		defer s.inflight.Done()
+		resp, e := s.serve(context.Background(), endpoint, handle, r.Subject(), r.Data())
+		var err error
+		if e == nil {
 			err = r.RespondJSON(resp)
 		} else {
-			e := classify(err)
-			code = e.Code
-			if code < 500 {
-				// Kept before the answer, so a client that was refused
-				// finds it in info at once.
-				s.refuse(endpoint, e, r.Data())
-			}
-			log := s.cfg.Logger.Warn
-			if code >= 500 {
-				log = s.cfg.Logger.Error
-			}
-			log("node API request refused", "endpoint", endpoint, "code", code, "reason", e.Description)
 			err = r.Error(strconv.Itoa(e.Code), e.Description, nil)
 		}
 		if err != nil {
 			s.cfg.Logger.Warn("node API reply failed", "endpoint", endpoint, "err", err)
 		}
-		if s.cfg.OnRequest != nil {
-			s.cfg.OnRequest(endpoint, code, time.Since(began))
-		}
 	})
+}
+
+// enter counts a request in, unless the server has stopped; the caller
+// calls s.inflight.Done when it is handled.
+func (s *Server) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return false
+	}
+	s.inflight.Add(1)
+	return true
+}
+
+// serve handles one request, from NATS or in-process (Client.Via): the
+// refusals are kept, logged and counted alike.
+func (s *Server) serve(ctx context.Context, endpoint string, handle route, subject string, data []byte) (any, *Error) {
+	began := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
+	defer cancel()
+	resp, err := handle(ctx, subject, data)
+	code := 200
+	var e *Error
+	if err != nil {
+		e = classify(err)
+		code = e.Code
+		if code < 500 {
+			// Kept before the answer, so a client that was refused
+			// finds it in info at once.
+			s.refuse(endpoint, e, data)
+		}
+		log := s.cfg.Logger.Warn
+		if code >= 500 {
+			log = s.cfg.Logger.Error
+		}
+		log("node API request refused", "endpoint", endpoint, "code", code, "reason", e.Description)
+		resp = nil
+	}
+	if s.cfg.OnRequest != nil {
+		s.cfg.OnRequest(endpoint, code, time.Since(began))
+	}
+	return resp, e
 }
 
 // landsInStream reports whether a reply published on subject could be
@@ -487,4 +511,28 @@ func (s *Server) Running(ctx context.Context) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// call serves a request made in-process, as it would come over NATS on
+// subject; served is false when the server has stopped, and the caller
+// asks over NATS, where another node answers.
+func (s *Server) call(ctx context.Context, endpoint, subject string, data []byte) (body []byte, err error, served bool) {
+	name := endpoint
+	if strings.HasPrefix(subject, s.prefix+".api.sess.") {
+		name = "session-" + endpoint
+	}
+	h := s.routes[name]
+	if h == nil || !s.enter() {
+		return nil, nil, false
+	}
+	defer s.inflight.Done()
+	resp, e := s.serve(ctx, endpoint, h, subject, data)
+	if e != nil {
+		e.Endpoint = endpoint
+		return nil, e, true
+	}
+	if body, err = json.Marshal(resp); err != nil {
+		return nil, fmt.Errorf("nodeapi: %s: %w", endpoint, err), true
+	}
+	return body, nil, true
 }

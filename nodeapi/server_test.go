@@ -477,3 +477,74 @@ func TestSessionSubjects(t *testing.T) {
 		t.Fatalf("status: %+v, %v", st, err)
 	}
 }
+
+// A client Via a server of its own process hands it requests without a
+// trip through NATS, with the answers and refusals NATS would carry; once
+// that server stops, it asks over NATS, where another node answers.
+func TestClientVia(t *testing.T) {
+	a := newAPIRig(t, "node-a", nil)
+	b := newAPIRig(t, "node-b", a.srv)
+	watch := a.srv.Conn(t)
+	requests := make(chan *nats.Msg, 64)
+	sub, err := watch.ChanSubscribe("lash.api.>", requests)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	local := nodeapi.NewClient(a.srv.Conn(t), "").Via(a.server)
+	first, err := local.Submit(a.ctx, nodeapi.SubmitRequest{Session: "s1", Key: "k1", Text: "Deploy it."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := local.Submit(a.ctx, nodeapi.SubmitRequest{Session: "s1", Key: "k1", Text: "Deploy it."})
+	if err != nil || !again.Duplicate || again.Seq != first.Seq {
+		t.Fatalf("the same key again: %+v, %v (first %+v)", again, err, first)
+	}
+	_, err = local.Submit(a.ctx, nodeapi.SubmitRequest{Session: "s1", Key: "k2", Text: "x", Agent: "support@3"})
+	var ne *nodeapi.Error
+	if !errors.As(err, &ne) || ne.Code != nodeapi.CodeBadRequest || ne.Endpoint != nodeapi.EndpointSubmit {
+		t.Fatalf("a pin on the session's submit: %v", err)
+	}
+	if a.reqs.count("submit 200") != 2 || a.reqs.count("submit 400") != 1 || b.reqs.count("submit 200") != 0 {
+		t.Errorf("requests: a %v, b %v", a.reqs.snapshot(), b.reqs.snapshot())
+	}
+	info, err := local.Info(a.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Node != "node-a" || len(info.Refused) == 0 || !strings.Contains(info.Refused[len(info.Refused)-1].Reason, "pin") {
+		t.Errorf("the refusal is not in node-a's info: %s %+v", info.Node, info.Refused)
+	}
+	// None went over NATS: a request would have reached the watcher
+	// before the marker it publishes now.
+	if err := watch.Publish("lash.api.marker", nil); err != nil {
+		t.Fatal(err)
+	}
+	for m := range requests {
+		if m.Subject == "lash.api.marker" {
+			break
+		}
+		t.Errorf("a request over NATS: %s", m.Subject)
+	}
+	if err := a.server.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	// A's subscriptions drain a moment after Stop: what they still take
+	// is told to ask again.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := local.Submit(a.ctx, nodeapi.SubmitRequest{Session: "s1", Key: "k3", Text: "Again."})
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, nodeapi.ErrBusy) || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+	}
+	if b.reqs.count("submit 200") != 1 {
+		t.Errorf("after a's server stopped, node-b did not answer: b %v", b.reqs.snapshot())
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lash-run/lash/gateway"
+	"github.com/lash-run/lash/nodeapi"
 	"github.com/lash-run/lash/streams"
 )
 
@@ -97,11 +98,12 @@ type clientAPI struct {
 }
 
 // serveAPI starts the client API.
-func serveAPI(a *apiSettings, c *streams.Client, log *slog.Logger) (*clientAPI, net.Addr, error) {
+func serveAPI(a *apiSettings, c *streams.Client, local *nodeapi.Server, log *slog.Logger) (*clientAPI, net.Addr, error) {
 	cfg, err := a.config(log)
 	if err != nil {
 		return nil, nil, err
 	}
+	cfg.Local = local
 	g, err := gateway.New(c, cfg)
 	if err != nil {
 		return nil, nil, err

@@ -178,7 +178,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) (err error) {
 	var capi *clientAPI
 	if s.api.addr != "off" {
 		var addr net.Addr
-		if capi, addr, err = serveAPI(&s.api, node.Streams(), log); err != nil {
+		if capi, addr, err = serveAPI(&s.api, node.Streams(), api, log); err != nil {
 			return err
 		}
 		cleanups = append(cleanups, func() { capi.drain(context.Background()) })

@@ -35,6 +35,7 @@ type Env struct {
 	dir      string
 	srv      *streams.Embedded
 	connect  func() (*nats.Conn, error)
+	url      string
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	// casLast is the floor subject's last sequence (Env.CAS); rawRuns
@@ -50,12 +51,14 @@ func Start(dir string, sync bool) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	srv, err := streams.StartEmbedded(streams.EmbeddedConfig{StoreDir: d, Listen: "none", NoSync: !sync})
+	// A loopback listener for clients in other processes (URL); the
+	// nodes connect in-process, as lash-node's do to its embedded server.
+	srv, err := streams.StartEmbedded(streams.EmbeddedConfig{StoreDir: d, Listen: "127.0.0.1:-1", NoSync: !sync})
 	if err != nil {
 		os.RemoveAll(d)
 		return nil, err
 	}
-	e := &Env{Sync: sync, Replicas: 1, dir: d, srv: srv, connect: func() (*nats.Conn, error) { return srv.Connect() }}
+	e := &Env{Sync: sync, Replicas: 1, dir: d, srv: srv, url: srv.ClientURL(), connect: func() (*nats.Conn, error) { return srv.Connect() }}
 	if err := e.open(); err != nil {
 		e.Close()
 		return nil, err
@@ -63,11 +66,11 @@ func Start(dir string, sync bool) (*Env, error) {
 	return e, nil
 }
 
-// Attach measures a deployment that runs elsewhere (a cluster, say):
-// connect opens a connection to it, replicas is what its streams get, sync
-// says whether its servers fsync before they acknowledge.
-func Attach(connect func() (*nats.Conn, error), replicas int, sync bool) (*Env, error) {
-	e := &Env{Sync: sync, Replicas: replicas, connect: connect}
+// Attach measures a deployment that runs elsewhere (a cluster, say),
+// reached at url; replicas is what its streams get, sync says whether its
+// servers fsync before they acknowledge.
+func Attach(url string, replicas int, sync bool) (*Env, error) {
+	e := &Env{Sync: sync, Replicas: replicas, url: url, connect: func() (*nats.Conn, error) { return nats.Connect(url) }}
 	if err := e.open(); err != nil {
 		e.Close()
 		return nil, err
@@ -86,6 +89,10 @@ func (e *Env) open() error {
 
 // Conn is a new connection to the server.
 func (e *Env) Conn() (*nats.Conn, error) { return e.connect() }
+
+// URL is where a client in another process connects: over TCP, where
+// Conn may be in-process.
+func (e *Env) URL() string { return e.url }
 
 // Close stops the server it started and removes its files.
 func (e *Env) Close() {
