@@ -92,4 +92,10 @@
 // A refused request changes no durable state. The client returns them as
 // *Error, matched with errors.Is against ErrBadRequest, ErrNotFound,
 // ErrBusy, ErrTooLarge and ErrInternal.
+//
+// A program that serves the node API and calls it too (lash-node's HTTP
+// gateway) uses Client.Via: its requests go to its own Server in-process,
+// handled, refused, kept and counted exactly as from NATS, with a trip
+// through the server fewer each way; once that Server stops they go over
+// NATS to the other nodes.
 package nodeapi
