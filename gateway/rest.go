@@ -279,7 +279,7 @@ func (g *Gateway) events(w http.ResponseWriter, r *http.Request, c *Caller, id s
 	}
 	defer st.close()
 	frame := func(format string, args ...any) error { return st.write(fmt.Appendf(nil, format, args...)) }
-	if err := frame("retry: 1000\nevent: open\nid: %d\ndata: {\"after\":%d}\n\n", after, after); err != nil {
+	if err := frame("retry: 1000\nevent: open\nid: %d\ndata: {\"after\":%d}\n\n", after, after); err != nil || st.flush() != nil {
 		return nil
 	}
 	ctx := st.ctx

@@ -37,8 +37,10 @@ func NewClient(nc *nats.Conn, prefix string) *Client {
 
 // Via returns a client that hands requests to s, a node API served by
 // this process, without a trip through NATS, while s serves; once s
-// stops, it asks over NATS, where the other nodes answer. What s does
-// with a request is what it does with one from NATS.
+// stops, it asks over NATS, where the other nodes answer. s handles,
+// refuses, keeps and counts a request as it does one from NATS; only
+// what NATS itself adds is not there: its payload limit, and one request
+// at a time per endpoint.
 func (c *Client) Via(s *Server) *Client {
 	v := *c
 	v.local = s

@@ -95,7 +95,8 @@
 //
 // A program that serves the node API and calls it too (lash-node's HTTP
 // gateway) uses Client.Via: its requests go to its own Server in-process,
-// handled, refused, kept and counted exactly as from NATS, with a trip
-// through the server fewer each way; once that Server stops they go over
-// NATS to the other nodes.
+// handled, refused, kept and counted as from NATS (under the server's
+// timeout, whatever the caller's context), with a trip through the server
+// fewer each way, no NATS payload limit and no queue per endpoint; once
+// that Server stops they go over NATS to the other nodes.
 package nodeapi

@@ -382,9 +382,9 @@ func (s *Server) head(ctx context.Context, session string) (*projector.SessionHe
 	if _, err := streams.Token(session); err != nil {
 		return nil, badRequest("session: %v", err)
 	}
-	// Requests to one endpoint are handled one at a time: a projection
-	// that lags must not hold the queue for long (caughtUp waits at most
-	// ProjectionWait).
+	// Requests to one endpoint over NATS are handled one at a time: a
+	// projection that lags must not hold the queue for long (caughtUp
+	// waits at most ProjectionWait).
 	if err := s.caughtUp(ctx); err != nil {
 		return nil, err
 	}
@@ -515,18 +515,36 @@ func (s *Server) Running(ctx context.Context) (int, error) {
 
 // call serves a request made in-process, as it would come over NATS on
 // subject; served is false when the server has stopped, and the caller
-// asks over NATS, where another node answers.
+// asks over NATS, where another node answers. As over NATS, the request
+// runs under the server's timeout, not the caller's context: a caller
+// that gives up (its deadline, its client gone) gets its context's error
+// at once, and the request still finishes, as one the caller stopped
+// waiting for does.
 func (s *Server) call(ctx context.Context, endpoint, subject string, data []byte) (body []byte, err error, served bool) {
 	name := endpoint
 	if strings.HasPrefix(subject, s.prefix+".api.sess.") {
 		name = "session-" + endpoint
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("nodeapi: %s: %w", endpoint, err), true // never sent, as over NATS
+	}
 	h := s.routes[name]
 	if h == nil || !s.enter() {
 		return nil, nil, false
 	}
-	defer s.inflight.Done()
-	resp, e := s.serve(ctx, endpoint, h, subject, data)
+	var resp any
+	var e *Error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer s.inflight.Done()
+		resp, e = s.serve(context.WithoutCancel(ctx), endpoint, h, subject, data)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("nodeapi: %s: %w", endpoint, ctx.Err()), true
+	}
 	if e != nil {
 		e.Endpoint = endpoint
 		return nil, e, true

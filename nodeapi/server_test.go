@@ -529,6 +529,31 @@ func TestClientVia(t *testing.T) {
 		}
 		t.Errorf("a request over NATS: %s", m.Subject)
 	}
+	// A caller that gives up gets its context's error; the request runs
+	// on under the server's timeout, as one over NATS does.
+	if _, err := local.ProcessStart(a.ctx, nodeapi.ProcessStartRequest{ID: "ext", ExternalRef: "ci-1"}); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(a.ctx, 100*time.Millisecond)
+	defer cancel()
+	if _, err := local.ProcessAwait(short, "ext", time.Second); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("await past the caller's deadline: %v", err)
+	}
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		if a.reqs.count("process_await 200") == 0 {
+			return fmt.Errorf("the await did not run to its own end: %v", a.reqs.snapshot())
+		}
+		return nil
+	})
+	gone, cancel := context.WithCancel(a.ctx)
+	cancel()
+	if _, err := local.Status(gone, "s1"); !errors.Is(err, context.Canceled) || a.reqs.count("status 200") != 0 {
+		t.Fatalf("a call with its context done: %v, %v", err, a.reqs.snapshot())
+	}
+	if n := a.reqs.count("process_await 500"); n != 0 {
+		t.Errorf("the await failed on the node: %v", a.reqs.snapshot())
+	}
+
 	if err := a.server.Stop(); err != nil {
 		t.Fatal(err)
 	}

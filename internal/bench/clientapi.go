@@ -134,7 +134,9 @@ func runClient(ctx context.Context, job clientJob) ([]clientSample, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(job.N+10)*10*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, exe)
+	// A test binary without the TestMain that runs the client runs no
+	// test either, and says nothing the parent waits for.
+	cmd := exec.CommandContext(ctx, exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(), ClientEnv+"="+string(spec))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
@@ -145,18 +147,20 @@ func runClient(ctx context.Context, job clientJob) ([]clientSample, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	defer func() { _ = cmd.Wait() }()
+	fail := func(err error) ([]clientSample, error) {
+		cancel() // a child still writing would block on the pipe no one reads
+		_ = cmd.Wait()
+		return nil, err
+	}
 	sc := bufio.NewScanner(out)
 	if !sc.Scan() || sc.Text() != clientReady {
-		cancel()
-		_ = cmd.Wait()
-		return nil, fmt.Errorf("bench: %s did not run the client (a binary that runs ClientAPI calls bench.RunClient when %s is set): %s", exe, ClientEnv, stderr.String())
+		return fail(fmt.Errorf("bench: %s did not run the client (a binary that runs ClientAPI calls bench.RunClient when %s is set): %s", exe, ClientEnv, stderr.String()))
 	}
 	var samples []clientSample
 	for sc.Scan() {
 		var s clientSample
 		if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
-			return nil, fmt.Errorf("bench: the client said %q", sc.Text())
+			return fail(fmt.Errorf("bench: the client said %q", sc.Text()))
 		}
 		samples = append(samples, s)
 	}
