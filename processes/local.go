@@ -100,6 +100,10 @@ func (w *Worker) watch(pid string) (end <-chan *Process, stop func(), ok, open b
 	}
 	_, open = w.open[pid]
 	ch := make(chan *Process, 1)
+	if p := w.endedHere[pid]; p != nil {
+		ch <- p.clone() // ended here before the awaiter came
+		return ch, func() {}, true, true
+	}
 	if w.waiters == nil {
 		w.waiters = map[string][]chan *Process{}
 	}
@@ -135,5 +139,18 @@ func (w *Worker) ended(p *Process) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if _, open := w.open[p.ID]; open {
+		if w.endedHere == nil {
+			w.endedHere = map[string]*Process{}
+		}
+		w.endedHere[p.ID] = p.clone()
+	}
 	w.tell(p.ID, p)
+}
+
+// forget drops an open process the reader saw end (or leave); w.mu is
+// held.
+func (w *Worker) forget(pid string) {
+	delete(w.open, pid)
+	delete(w.endedHere, pid)
 }

@@ -105,8 +105,12 @@ type Worker struct {
 	lapsed bool
 	// waiters are the local awaiters of processes not ended (watch).
 	waiters map[string][]chan *Process
-	slots   slots
-	wg      sync.WaitGroup
+	// endedHere holds the ends attempts here wrote, of processes still
+	// open, until the reader folds them: an awaiter that watches after
+	// the end was told is told it at once.
+	endedHere map[string]*Process
+	slots     slots
+	wg        sync.WaitGroup
 }
 
 // ErrCancelRequested is the cause (context.Cause) of an attempt's context
@@ -301,7 +305,7 @@ func (w *Worker) apply(m *streams.Msg) (ended *Process, live bool) {
 		// the purge: what of the log came before it was read or is gone. A
 		// fold whose head is past the mark is of a later registration.
 		if p != nil && signed {
-			delete(w.open, pid)
+			w.forget(pid)
 			w.tell(pid, nil) // they follow the stream, and find the mark
 			if cancel := w.running[pid]; cancel != nil {
 				cancel(errEndedElsewhere)
@@ -328,7 +332,7 @@ func (w *Worker) apply(m *streams.Msg) (ended *Process, live bool) {
 	if err != nil {
 		// Left for an operator: recovery never acts on a log it cannot read.
 		w.cfg.Logger.Error("process log unreadable; the process is left as it is", "process", pid, "seq", m.Seq, "err", err)
-		delete(w.open, pid)
+		w.forget(pid)
 		w.tell(pid, nil)
 		return nil, false
 	}
@@ -336,7 +340,7 @@ func (w *Worker) apply(m *streams.Msg) (ended *Process, live bool) {
 	cancel := w.running[pid]
 	switch {
 	case p.Ended():
-		delete(w.open, pid)
+		w.forget(pid)
 		w.tell(pid, p)
 		if cancel != nil {
 			cancel(errEndedElsewhere)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -108,4 +109,60 @@ func TestWorkerForgetsProcessesPrunedAheadOfItsReader(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// An awaiter that comes after an attempt here wrote the end, while the
+// worker's reader has not folded it yet, is told the end at once: the
+// worker holds the process open, so the awaiter waits on the worker's
+// word, which must not have been spent before it came.
+func TestAwaitAfterAnEndWrittenHere(t *testing.T) {
+	ctx, c := openStreams(t)
+	r := New(c, "node")
+	m := leases.New(c, leases.LocalOwner("node"))
+	if err := m.Beat(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	var once sync.Once
+	held := make(chan struct{})
+	w := NewWorker(WorkerConfig{Registry: r, Leases: m, Store: c, Executor: echo{}, OnEnd: func(*Process, bool) {
+		once.Do(func() { close(held); <-release })
+	}})
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(wctx) }()
+	defer func() { stop(); <-done }()
+	defer close(release)
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		probe := w.reserve("probe", Registration{})
+		if probe == nil {
+			return errors.New("the worker takes no work yet")
+		}
+		probe.drop()
+		return nil
+	})
+	reg := Registration{Input: Input{Kind: ToolCall, Tool: "echo", Args: json.RawMessage(`{}`)}, Disposition: OwnerBound, Provenance: Provenance{Host: "h"}}
+	register := func(id string) {
+		if p, created, err := r.Register(ctx, id, reg); err != nil || !created || !p.InAttempt() {
+			t.Fatalf("register %s: %+v, created %v, %v; want it begun here", id, p, created, err)
+		}
+	}
+	register("first")
+	<-held // the reader holds at first's end: it folds nothing after it
+	register("second")
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		p, err := r.Get(ctx, "second")
+		if err != nil || !p.Ended() {
+			return fmt.Errorf("second's end not written yet: %+v, %v", p, err)
+		}
+		return nil
+	})
+	if open := w.Open(); !slices.Contains(open, "second") {
+		t.Fatalf("the worker does not hold second open (%v): the case is not made", open)
+	}
+	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if p, err := r.Await(actx, "second"); err != nil || p.Status() != Completed {
+		t.Fatalf("await after the end: %+v, %v", p, err)
+	}
 }
