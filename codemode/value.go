@@ -1,0 +1,185 @@
+package codemode
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/big"
+	"strconv"
+
+	"go.starlark.net/starlark"
+	"go.starlark.net/starlarkstruct"
+)
+
+// maxDepth bounds the nesting of a value crossing the program's edge, in
+// either direction.
+const maxDepth = 64
+
+// fromJSON turns a JSON document into a Starlark value: objects become
+// dicts in the document's key order, so the same bytes always make the
+// same value.
+func fromJSON(data []byte) (starlark.Value, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	v, err := decodeValue(dec, 0)
+	if err != nil {
+		return nil, err
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("more after the value")
+	}
+	return v, nil
+}
+
+func decodeValue(dec *json.Decoder, depth int) (starlark.Value, error) {
+	if depth > maxDepth {
+		return nil, fmt.Errorf("nested deeper than %d", maxDepth)
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, err
+	}
+	switch t := tok.(type) {
+	case nil:
+		return starlark.None, nil
+	case bool:
+		return starlark.Bool(t), nil
+	case string:
+		return starlark.String(t), nil
+	case json.Number:
+		if i, ok := new(big.Int).SetString(string(t), 10); ok {
+			return starlark.MakeBigInt(i), nil
+		}
+		f, err := strconv.ParseFloat(string(t), 64)
+		if err != nil {
+			return nil, err
+		}
+		return starlark.Float(f), nil
+	case json.Delim:
+		switch t {
+		case '[':
+			var elems []starlark.Value
+			for dec.More() {
+				v, err := decodeValue(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				elems = append(elems, v)
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, err
+			}
+			return starlark.NewList(elems), nil
+		case '{':
+			d := starlark.NewDict(0)
+			for dec.More() {
+				k, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				v, err := decodeValue(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				if err := d.SetKey(starlark.String(k.(string)), v); err != nil {
+					return nil, err
+				}
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, err
+			}
+			return d, nil
+		}
+	}
+	return nil, fmt.Errorf("unexpected %v", tok)
+}
+
+// toJSON encodes a Starlark value as JSON: dicts (with string keys) in
+// their insertion order, lists and tuples as arrays, structs as objects
+// in their fields' order. Anything else (functions, sets) is refused.
+func toJSON(v starlark.Value) ([]byte, error) {
+	var b bytes.Buffer
+	if err := encodeValue(&b, v, 0); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+func encodeValue(b *bytes.Buffer, v starlark.Value, depth int) error {
+	if depth > maxDepth {
+		return fmt.Errorf("nested deeper than %d", maxDepth)
+	}
+	switch x := v.(type) {
+	case starlark.NoneType:
+		b.WriteString("null")
+	case starlark.Bool:
+		b.WriteString(strconv.FormatBool(bool(x)))
+	case starlark.Int:
+		b.WriteString(x.String())
+	case starlark.Float:
+		f := float64(x)
+		if math.IsInf(f, 0) || math.IsNaN(f) {
+			return fmt.Errorf("%v has no JSON form", x)
+		}
+		out, _ := json.Marshal(f)
+		b.Write(out)
+	case starlark.String:
+		out, _ := json.Marshal(string(x))
+		b.Write(out)
+	case *starlark.List:
+		return encodeSeq(b, x, depth)
+	case starlark.Tuple:
+		return encodeSeq(b, x, depth)
+	case *starlark.Dict:
+		b.WriteByte('{')
+		for i, item := range x.Items() {
+			k, ok := item[0].(starlark.String)
+			if !ok {
+				return fmt.Errorf("a dict key %s is not a string", item[0].Type())
+			}
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			out, _ := json.Marshal(string(k))
+			b.Write(out)
+			b.WriteByte(':')
+			if err := encodeValue(b, item[1], depth+1); err != nil {
+				return err
+			}
+		}
+		b.WriteByte('}')
+	case *starlarkstruct.Struct:
+		b.WriteByte('{')
+		for i, name := range x.AttrNames() {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			out, _ := json.Marshal(name)
+			b.Write(out)
+			b.WriteByte(':')
+			f, _ := x.Attr(name)
+			if err := encodeValue(b, f, depth+1); err != nil {
+				return err
+			}
+		}
+		b.WriteByte('}')
+	default:
+		return fmt.Errorf("a %s has no JSON form", v.Type())
+	}
+	return nil
+}
+
+func encodeSeq(b *bytes.Buffer, seq starlark.Indexable, depth int) error {
+	b.WriteByte('[')
+	for i := range seq.Len() {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if err := encodeValue(b, seq.Index(i), depth+1); err != nil {
+			return err
+		}
+	}
+	b.WriteByte(']')
+	return nil
+}
