@@ -17,31 +17,29 @@ import (
 // A worker whose reader is behind forgets the processes pruned before it
 // read their ends: it began them beside its registry, so it holds their
 // folds, and a purge leaves no end to read, only the prune mark.
-func TestWorkerForgetsProcessesPrunedAheadOfItsReader(t *testing.T) {
+// heldWorker runs a worker whose reader, at the first end it meets,
+// holds until release is called (as a full queue of wakes does in a
+// burst): held closes then. It returns once the worker takes work.
+func heldWorker(t *testing.T, concurrency int) (ctx context.Context, r *Registry, w *Worker, held chan struct{}, release func()) {
+	t.Helper()
 	ctx, c := openStreams(t)
-	r := New(c, "node")
+	r = New(c, "node")
 	m := leases.New(c, leases.LocalOwner("node"))
 	if err := m.Beat(ctx, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	// The first end the reader meets holds it back until released, as a
-	// full queue of wakes does in a burst.
-	release := make(chan struct{})
-	var once sync.Once
-	held := make(chan struct{})
-	w := NewWorker(WorkerConfig{Registry: r, Leases: m, Store: c, Executor: echo{}, Concurrency: 64, OnEnd: func(*Process, bool) {
-		once.Do(func() { close(held); <-release })
+	held = make(chan struct{})
+	released := make(chan struct{})
+	var once, releaseOnce sync.Once
+	release = func() { releaseOnce.Do(func() { close(released) }) }
+	w = NewWorker(WorkerConfig{Registry: r, Leases: m, Store: c, Executor: echo{}, Concurrency: concurrency, OnEnd: func(*Process, bool) {
+		once.Do(func() { close(held); <-released })
 	}})
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- w.Run(wctx) }()
-	defer func() { stop(); <-done }()
-	released := false
-	defer func() {
-		if !released {
-			close(release)
-		}
-	}()
+	t.Cleanup(func() { stop(); <-done })
+	t.Cleanup(release) // before the stop: cleanups run last first
 	testenv.WaitFor(t, 10*time.Second, func() error {
 		probe := w.reserve("probe", Registration{})
 		if probe == nil {
@@ -50,6 +48,11 @@ func TestWorkerForgetsProcessesPrunedAheadOfItsReader(t *testing.T) {
 		probe.drop()
 		return nil
 	})
+	return ctx, r, w, held, release
+}
+
+func TestWorkerForgetsProcessesPrunedAheadOfItsReader(t *testing.T) {
+	ctx, r, w, held, release := heldWorker(t, 64)
 	call := func(id string) error {
 		reg := Registration{Input: Input{Kind: ToolCall, Tool: "echo", Args: json.RawMessage(`{}`)}, Disposition: OwnerBound, Provenance: Provenance{Host: "h"}}
 		if p, created, err := r.Register(ctx, id, reg); err != nil || !created || !p.InAttempt() {
@@ -101,8 +104,7 @@ func TestWorkerForgetsProcessesPrunedAheadOfItsReader(t *testing.T) {
 	if err != nil || len(pruned) != behind+1 {
 		t.Fatalf("pruned %v, %v; want every process", pruned, err)
 	}
-	close(release)
-	released = true
+	release()
 	testenv.WaitFor(t, 10*time.Second, func() error {
 		if open := w.Open(); len(open) != 0 {
 			return fmt.Errorf("the worker holds %d pruned processes: %v", len(open), open)
@@ -116,31 +118,7 @@ func TestWorkerForgetsProcessesPrunedAheadOfItsReader(t *testing.T) {
 // worker holds the process open, so the awaiter waits on the worker's
 // word, which must not have been spent before it came.
 func TestAwaitAfterAnEndWrittenHere(t *testing.T) {
-	ctx, c := openStreams(t)
-	r := New(c, "node")
-	m := leases.New(c, leases.LocalOwner("node"))
-	if err := m.Beat(ctx, time.Minute); err != nil {
-		t.Fatal(err)
-	}
-	release := make(chan struct{})
-	var once sync.Once
-	held := make(chan struct{})
-	w := NewWorker(WorkerConfig{Registry: r, Leases: m, Store: c, Executor: echo{}, OnEnd: func(*Process, bool) {
-		once.Do(func() { close(held); <-release })
-	}})
-	wctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- w.Run(wctx) }()
-	defer func() { stop(); <-done }()
-	defer close(release)
-	testenv.WaitFor(t, 10*time.Second, func() error {
-		probe := w.reserve("probe", Registration{})
-		if probe == nil {
-			return errors.New("the worker takes no work yet")
-		}
-		probe.drop()
-		return nil
-	})
+	ctx, r, w, held, _ := heldWorker(t, 0)
 	reg := Registration{Input: Input{Kind: ToolCall, Tool: "echo", Args: json.RawMessage(`{}`)}, Disposition: OwnerBound, Provenance: Provenance{Host: "h"}}
 	register := func(id string) {
 		if p, created, err := r.Register(ctx, id, reg); err != nil || !created || !p.InAttempt() {
