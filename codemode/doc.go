@@ -3,15 +3,19 @@
 // or IO but through the calls it makes) and bounded (steps, output,
 // calls, the sizes of values crossing its edge, time without a call).
 //
-// Memory is not bounded here: one Starlark expression can build a string
-// of gigabytes in a few steps (s + s, repeated), out of reach of any
-// check between steps. Run programs from a model only where the process
-// itself is bounded; nothing in lash calls Run yet.
+// Memory and the time of one step are not bounded here. One expression
+// can build gigabytes in a few steps (s + s, repeated), and one builtin
+// call can recurse in Go for minutes (str of a list nested millions
+// deep): no check between steps sees either. Run programs from a model
+// only in a process the OS bounds (ADR 0042); nothing in lash calls Run
+// yet.
 //
 // Every call a program makes (a tool, llm(...), sleep(...)) goes through
 // a Host at its ordinal, the call's place in the program's order. Run
 // again from its start, a program makes the same calls at the same
-// ordinals until an answer differs, so a host that journals each call's
+// ordinals until an answer differs (or the bound on time without a call,
+// the one bound read from a clock, ends one run where another went on),
+// so a host that journals each call's
 // outcome under the program's key and the ordinal answers the recorded
 // ones without making them again, and a call at a recorded ordinal that
 // is not the recorded call is the program taking another path.
@@ -20,7 +24,8 @@
 //
 //	get_weather(city="Oslo")        a tool, by keyword or one dict; its
 //	                                value, or the program ends with its failure
-//	tool("name-with.dots", ...)     a tool whose name is no Starlark name
+//	tool("name-with.dots", ...)     a tool whose name is no Starlark name,
+//	                                or is Starlark's or another tool's
 //	llm("prompt", ...)              the model; its answer
 //	sleep(seconds)                  a durable sleep
 //	attempt(get_weather, city=...)  the call, its outcome a value:
@@ -29,5 +34,6 @@
 //	                                the calls at once, each outcome as above
 //	print(...)                      output, returned with the result
 //	result = ...                    the program's result (JSON-able)
-//	json, struct                    go.starlark.net's
+//	json.encode, json.decode        bounded as values crossing the edge
+//	struct(...)                     go.starlark.net's
 package codemode

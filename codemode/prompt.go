@@ -9,7 +9,7 @@ import (
 
 // Guide tells the model how to write a program; Describe lists the tools
 // it may call in it.
-const Guide = `Write a Starlark program (Python-like: no classes, no try, no imports) to do the work.
+const Guide = `Write a Starlark program (Python-like: no classes, no try, no imports, no recursion) to do the work.
 Each call below is made durably: if the program runs again, calls already made return
 their recorded results instead of running twice. Nothing else reaches the outside.
 
@@ -21,6 +21,7 @@ their recorded results instead of running twice. Nothing else reaches the outsid
   sleep(seconds)                  wait, durably
   print(...)                      output you will read afterwards
   result = ...                    the program's result (numbers, text, lists, dicts, None)
+  tool("name", arg=...)           a tool listed as tool("name")
   json.encode(v), json.decode(s)  JSON
 
 while loops run, but a program has a bounded number of steps, calls and printed bytes.`
@@ -34,12 +35,13 @@ const maxDescribed = 32 << 10
 func Describe(tools []Tool) string {
 	var b strings.Builder
 	var rest []string
+	ids := names(tools)
 	for _, t := range tools {
 		if b.Len() > maxDescribed {
 			rest = append(rest, t.Name)
 			continue
 		}
-		describeTool(&b, t)
+		describeTool(&b, t, ids[t.Name])
 	}
 	if len(rest) > 0 {
 		fmt.Fprintf(&b, "also: %s\n", strings.Join(rest, ", "))
@@ -47,8 +49,7 @@ func Describe(tools []Tool) string {
 	return b.String()
 }
 
-func describeTool(b *strings.Builder, t Tool) {
-	name := identifier(t.Name)
+func describeTool(b *strings.Builder, t Tool, name string) {
 	call := name + "("
 	if name == "" {
 		call = fmt.Sprintf("tool(%q, ", t.Name)
@@ -71,7 +72,7 @@ func describeTool(b *strings.Builder, t Tool) {
 		sig = []string{"{...}"}
 	}
 	b.WriteString(strings.TrimSuffix(call, ", ") + strings.Join(sig, ", ") + ")\n")
-	if d := clip(t.Description, 500); d != "" {
+	if d := oneLine(t.Description, 500); d != "" {
 		b.WriteString("    " + d + "\n")
 	}
 	for _, p := range params {
@@ -82,12 +83,12 @@ func describeTool(b *strings.Builder, t Tool) {
 				req = ", required"
 			}
 			line := fmt.Sprintf("    %q: %s%s", p.name, p.kind, req)
-			if d := clip(p.desc, 200); d != "" {
+			if d := oneLine(p.desc, 200); d != "" {
 				line += ". " + d
 			}
 			b.WriteString(line + "\n")
 		case p.desc != "":
-			b.WriteString("    " + p.name + ": " + clip(p.desc, 200) + "\n")
+			b.WriteString("    " + p.name + ": " + oneLine(p.desc, 200) + "\n")
 		}
 	}
 }
@@ -133,6 +134,9 @@ func properties(schema json.RawMessage) []param {
 				j, _ := json.Marshal(v)
 				vs = append(vs, string(j))
 			}
+			if len(p.Enum) > 8 {
+				vs = append(vs, "…")
+			}
 			kind = "one of " + strings.Join(vs, ", ")
 		}
 		req := false
@@ -174,14 +178,17 @@ func kindOf(t any) string {
 	return "any"
 }
 
+// oneLine is s on one line, cut at n bytes.
+func oneLine(s string, n int) string { return clip(strings.Join(strings.Fields(s), " "), n) }
+
+// clip cuts s at n bytes, not inside a character, marking the cut.
 func clip(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
 	if len(s) <= n {
 		return s
 	}
 	cut := n
 	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut-- // not inside a character
+		cut--
 	}
 	return s[:cut] + "…"
 }

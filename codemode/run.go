@@ -5,22 +5,39 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"go.starlark.net/starlark"
-	"go.starlark.net/starlarkjson"
 	"go.starlark.net/starlarkstruct"
 	"go.starlark.net/syntax"
 )
 
-// Model and Sleep name the calls a program makes that are not tools:
-// llm(prompt, ...) and sleep(seconds).
+// Kind is what a call asks for.
+type Kind uint8
+
 const (
-	Model = "llm"
-	Sleep = "sleep"
+	// KindTool calls a tool, named by Call.Tool.
+	KindTool Kind = iota + 1
+	// KindModel is llm(prompt, ...): the model's answer.
+	KindModel
+	// KindSleep is sleep(seconds).
+	KindSleep
 )
+
+func (k Kind) String() string {
+	switch k {
+	case KindTool:
+		return "tool"
+	case KindModel:
+		return "llm"
+	case KindSleep:
+		return "sleep"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
 
 // Tool is a function a program may call.
 type Tool struct {
@@ -36,7 +53,8 @@ type Tool struct {
 // ordinals, which is what lets a host answer them from its journal.
 type Call struct {
 	Ordinal int
-	// Tool is a tool's name, or Model or Sleep.
+	Kind    Kind
+	// Tool is the tool's name, for KindTool.
 	Tool string
 	// Args is a JSON object: the arguments as the program gave them.
 	Args json.RawMessage
@@ -123,6 +141,12 @@ var fileOptions = &syntax.FileOptions{Set: true, While: true, TopLevelControl: t
 // cut short and is to run again from its start later.
 func Run(ctx context.Context, src string, tools []Tool, host Host, lim Limits) (Result, error) {
 	lim.defaults()
+	res, err := execute(ctx, src, tools, host, lim)
+	res.Error = clip(res.Error, lim.Output) // an error is output too
+	return res, err
+}
+
+func execute(ctx context.Context, src string, tools []Tool, host Host, lim Limits) (Result, error) {
 	if len(src) > lim.Source {
 		return Result{Error: fmt.Sprintf("the program is %d bytes, at most %d", len(src), lim.Source)}, nil
 	}
@@ -152,13 +176,9 @@ func Run(ctx context.Context, src string, tools []Tool, host Host, lim Limits) (
 		return res, nil
 	}
 	if v, ok := globals["result"]; ok {
-		b, err := toJSON(v)
-		switch {
-		case err != nil:
+		if b, err := toJSON(v, lim.Value); err != nil {
 			res.Error = "result: " + err.Error()
-		case len(b) > lim.Value:
-			res.Error = fmt.Sprintf("result: %d bytes, at most %d", len(b), lim.Value)
-		default:
+		} else {
 			res.Value = b
 		}
 	}
@@ -214,24 +234,54 @@ func describe(err error) string {
 	return err.Error()
 }
 
+// builtins are the names a program has beside its tools' (and
+// Starlark's own, starlark.Universe).
+var builtins = []string{"json", "struct", "llm", "sleep", "call", "attempt", "parallel", "tool", "result"}
+
+// names gives each tool the Starlark name it is called by: its own name
+// with '-' and '.' as '_', unless that is no name, or one of the
+// builtins or Starlark's, or two tools would share it. A tool without
+// one is called as tool("its name", ...).
+func names(tools []Tool) map[string]string {
+	count := map[string]int{}
+	for _, t := range tools {
+		count[identifier(t.Name)]++
+	}
+	out := map[string]string{}
+	for _, t := range tools {
+		id := identifier(t.Name)
+		if id != "" && count[id] == 1 && !slices.Contains(builtins, id) && !starlark.Universe.Has(id) {
+			out[t.Name] = id
+		}
+	}
+	return out
+}
+
 func (r *run) predeclared(tools []Tool) starlark.StringDict {
 	d := starlark.StringDict{
-		"json":     starlarkjson.Module,
+		"json":     jsonModule(r.lim.Value),
 		"struct":   starlark.NewBuiltin("struct", starlarkstruct.Make),
-		Model:      starlark.NewBuiltin(Model, r.callable(Model)),
-		Sleep:      starlark.NewBuiltin(Sleep, r.callable(Sleep)),
+		"llm":      starlark.NewBuiltin("llm", r.callable(KindModel, "")),
+		"sleep":    starlark.NewBuiltin("sleep", r.callable(KindSleep, "")),
 		"call":     starlark.NewBuiltin("call", r.describeCall),
 		"attempt":  starlark.NewBuiltin("attempt", r.attempt),
 		"parallel": starlark.NewBuiltin("parallel", r.parallel),
+		"tool":     starlark.NewBuiltin("tool", r.namedTool),
 	}
 	for _, t := range tools {
 		r.tools[t.Name] = true
-		if name := identifier(t.Name); name != "" && !d.Has(name) {
-			d[name] = starlark.NewBuiltin(t.Name, r.callable(t.Name))
-		}
 	}
-	d["tool"] = starlark.NewBuiltin("tool", r.namedTool)
+	for tool, id := range names(tools) {
+		d[id] = &toolFunc{Builtin: starlark.NewBuiltin(id, r.callable(KindTool, tool)), tool: tool}
+	}
 	return d
+}
+
+// toolFunc is a tool as a program's function: call() and attempt() read
+// which tool it calls.
+type toolFunc struct {
+	*starlark.Builtin
+	tool string
 }
 
 // identifier is a tool's name as a Starlark name ('-' and '.' become
@@ -263,20 +313,29 @@ func identifier(name string) string {
 // pending is a call described, not made: what call() returns, for
 // parallel().
 type pending struct {
+	kind Kind
 	tool string
 	args json.RawMessage
 }
 
-func (p *pending) String() string        { return "call(" + p.tool + ")" }
+// name is the call's name in messages: the tool's, llm or sleep.
+func (p *pending) name() string {
+	if p.kind == KindTool {
+		return p.tool
+	}
+	return p.kind.String()
+}
+
+func (p *pending) String() string        { return "call(" + p.name() + ")" }
 func (p *pending) Type() string          { return "call" }
 func (p *pending) Freeze()               {}
 func (p *pending) Truth() starlark.Bool  { return true }
 func (p *pending) Hash() (uint32, error) { return 0, errors.New("unhashable: call") }
 
-// callable is the function that calls tool.
-func (r *run) callable(tool string) func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
+// callable is the function that makes a call of kind (to tool).
+func (r *run) callable(kind Kind, tool string) func(*starlark.Thread, *starlark.Builtin, starlark.Tuple, []starlark.Tuple) (starlark.Value, error) {
 	return func(t *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-		p, err := r.arguments(tool, args, kwargs)
+		p, err := r.arguments(kind, tool, args, kwargs)
 		if err != nil {
 			return nil, err
 		}
@@ -284,7 +343,7 @@ func (r *run) callable(tool string) func(*starlark.Thread, *starlark.Builtin, st
 		if err != nil {
 			return nil, err
 		}
-		return r.take(tool, outs[0])
+		return r.take(p.name(), outs[0])
 	}
 }
 
@@ -295,46 +354,45 @@ func (r *run) namedTool(t *starlark.Thread, b *starlark.Builtin, args starlark.T
 	}
 	name, ok := starlark.AsString(args[0])
 	if !ok || !r.tools[name] {
-		return nil, fmt.Errorf("tool: no tool %s", args[0])
+		return nil, fmt.Errorf("tool: no tool %s", clip(args[0].String(), 100))
 	}
-	return r.callable(name)(t, b, args[1:], kwargs)
+	return r.callable(KindTool, name)(t, b, args[1:], kwargs)
 }
 
 // arguments makes a call's JSON arguments: keywords, or one dict. llm and
 // sleep also take their main argument by position.
-func (r *run) arguments(tool string, args starlark.Tuple, kwargs []starlark.Tuple) (*pending, error) {
+func (r *run) arguments(kind Kind, tool string, args starlark.Tuple, kwargs []starlark.Tuple) (*pending, error) {
+	p := &pending{kind: kind, tool: tool}
 	d := starlark.NewDict(len(kwargs))
 	switch {
-	case len(args) == 1 && (tool == Model || tool == Sleep):
+	case len(args) == 1 && kind != KindTool:
 		key := "prompt"
-		if tool == Sleep {
+		if kind == KindSleep {
 			key = "seconds"
 		}
 		_ = d.SetKey(starlark.String(key), args[0])
 	case len(args) == 1:
 		given, ok := args[0].(*starlark.Dict)
 		if !ok {
-			return nil, fmt.Errorf("%s: arguments by keyword, or one dict", tool)
+			return nil, fmt.Errorf("%s: arguments by keyword, or one dict", p.name())
 		}
 		for _, item := range given.Items() {
 			_ = d.SetKey(item[0], item[1])
 		}
 	case len(args) > 1:
-		return nil, fmt.Errorf("%s: arguments by keyword, or one dict", tool)
+		return nil, fmt.Errorf("%s: arguments by keyword, or one dict", p.name())
 	}
 	for _, kv := range kwargs {
 		if err := d.SetKey(kv[0], kv[1]); err != nil {
 			return nil, err
 		}
 	}
-	b, err := toJSON(d)
+	b, err := toJSON(d, r.lim.Value)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %v", tool, err)
+		return nil, fmt.Errorf("%s: arguments: %v", p.name(), err)
 	}
-	if len(b) > r.lim.Value {
-		return nil, fmt.Errorf("%s: arguments of %d bytes, at most %d", tool, len(b), r.lim.Value)
-	}
-	return &pending{tool: tool, args: b}, nil
+	p.args = b
+	return p, nil
 }
 
 // do makes calls through the host, each at its ordinal.
@@ -346,7 +404,7 @@ func (r *run) do(t *starlark.Thread, ps []*pending) ([]Outcome, error) {
 	}
 	calls := make([]Call, len(ps))
 	for i, p := range ps {
-		calls[i] = Call{Ordinal: r.next + i, Tool: p.tool, Args: p.args}
+		calls[i] = Call{Ordinal: r.next + i, Kind: p.kind, Tool: p.tool, Args: p.args}
 	}
 	r.next += len(ps)
 	r.quiet.Stop()
@@ -367,15 +425,18 @@ func (r *run) do(t *starlark.Thread, ps []*pending) ([]Outcome, error) {
 	return outs, nil
 }
 
+// maxFailure bounds a call's failure as the program reads it.
+const maxFailure = 4 << 10
+
 // take is an outcome as the program takes it: the value, or a failure.
-func (r *run) take(tool string, o Outcome) (starlark.Value, error) {
+func (r *run) take(name string, o Outcome) (starlark.Value, error) {
 	switch {
 	case o.Cancelled:
-		return nil, fmt.Errorf("%s: cancelled", tool)
+		return nil, fmt.Errorf("%s: cancelled", name)
 	case o.Error != "":
-		return nil, fmt.Errorf("%s failed: %s", tool, o.Error)
+		return nil, fmt.Errorf("%s failed: %s", name, clip(o.Error, maxFailure))
 	}
-	return r.value(tool, o.Value)
+	return r.value(name, o.Value)
 }
 
 func (r *run) value(tool string, raw json.RawMessage) (starlark.Value, error) {
@@ -395,44 +456,50 @@ func (r *run) value(tool string, raw json.RawMessage) (starlark.Value, error) {
 // describeCall is call(fn, ...): the call fn(...) described, for
 // parallel().
 func (r *run) describeCall(t *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	tool, rest, err := r.target(args)
+	kind, tool, rest, err := r.target(args)
 	if err != nil {
 		return nil, fmt.Errorf("call: %v", err)
 	}
-	return r.arguments(tool, rest, kwargs)
+	return r.arguments(kind, tool, rest, kwargs)
 }
 
-// target is the tool a callable passed to call() or attempt() calls (for
-// tool, the name after it), and the arguments after those.
-func (r *run) target(args starlark.Tuple) (string, starlark.Tuple, error) {
+// target is what a function passed to call() or attempt() calls (for
+// tool, the tool named after it), and the arguments after those.
+func (r *run) target(args starlark.Tuple) (Kind, string, starlark.Tuple, error) {
 	if len(args) == 0 {
-		return "", nil, errors.New("a tool first")
+		return 0, "", nil, errors.New("a tool first")
 	}
-	fn, ok := args[0].(*starlark.Builtin)
-	switch {
-	case ok && fn.Name() == "tool" && len(args) > 1:
-		name, ok := starlark.AsString(args[1])
-		if !ok || !r.tools[name] {
-			return "", nil, fmt.Errorf("no tool %s", args[1])
+	switch fn := args[0].(type) {
+	case *toolFunc:
+		return KindTool, fn.tool, args[1:], nil
+	case *starlark.Builtin:
+		switch {
+		case fn.Name() == "llm":
+			return KindModel, "", args[1:], nil
+		case fn.Name() == "sleep":
+			return KindSleep, "", args[1:], nil
+		case fn.Name() == "tool" && len(args) > 1:
+			name, ok := starlark.AsString(args[1])
+			if !ok || !r.tools[name] {
+				return 0, "", nil, fmt.Errorf("no tool %s", clip(args[1].String(), 100))
+			}
+			return KindTool, name, args[2:], nil
 		}
-		return name, args[2:], nil
-	case !ok || !(r.tools[fn.Name()] || fn.Name() == Model || fn.Name() == Sleep):
-		return "", nil, fmt.Errorf("%s is not a tool, llm or sleep", args[0])
 	}
-	return fn.Name(), args[1:], nil
+	return 0, "", nil, fmt.Errorf("%s is not a tool, llm or sleep", clip(args[0].String(), 100))
 }
 
 // outcomeStruct is an outcome as a value: ok, value, error, cancelled.
-func (r *run) outcomeStruct(tool string, o Outcome) starlark.Value {
+func (r *run) outcomeStruct(name string, o Outcome) starlark.Value {
 	fields := starlark.StringDict{"ok": starlark.Bool(!o.Cancelled && o.Error == ""), "value": starlark.None,
 		"error": starlark.None, "cancelled": starlark.Bool(o.Cancelled)}
 	switch {
 	case o.Cancelled:
 		fields["error"] = starlark.String("cancelled")
 	case o.Error != "":
-		fields["error"] = starlark.String(o.Error)
+		fields["error"] = starlark.String(clip(o.Error, maxFailure))
 	default:
-		v, err := r.value(tool, o.Value)
+		v, err := r.value(name, o.Value)
 		if err != nil {
 			fields["ok"], fields["error"] = starlark.False, starlark.String(err.Error())
 		} else {
@@ -445,11 +512,11 @@ func (r *run) outcomeStruct(tool string, o Outcome) starlark.Value {
 // attempt is attempt(fn, ...): fn(...) made, its failure a value rather
 // than the program's end.
 func (r *run) attempt(t *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
-	tool, rest, err := r.target(args)
+	kind, tool, rest, err := r.target(args)
 	if err != nil {
 		return nil, fmt.Errorf("attempt: %v", err)
 	}
-	p, err := r.arguments(tool, rest, kwargs)
+	p, err := r.arguments(kind, tool, rest, kwargs)
 	if err != nil {
 		return nil, err
 	}
@@ -457,7 +524,7 @@ func (r *run) attempt(t *starlark.Thread, b *starlark.Builtin, args starlark.Tup
 	if err != nil {
 		return nil, err
 	}
-	return r.outcomeStruct(tool, outs[0]), nil
+	return r.outcomeStruct(p.name(), outs[0]), nil
 }
 
 // parallel is parallel([call(...), ...]): the calls made at once, each
@@ -487,7 +554,7 @@ func (r *run) parallel(t *starlark.Thread, b *starlark.Builtin, args starlark.Tu
 	}
 	vals := make([]starlark.Value, len(outs))
 	for i, o := range outs {
-		vals[i] = r.outcomeStruct(ps[i].tool, o)
+		vals[i] = r.outcomeStruct(ps[i].name(), o)
 	}
 	return starlark.NewList(vals), nil
 }

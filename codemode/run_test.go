@@ -14,7 +14,7 @@ import (
 	"github.com/lash-run/lash/codemode"
 )
 
-var tools = []codemode.Tool{{Name: "get_weather"}, {Name: "fail"}, {Name: "slow-search"}}
+var tools = []codemode.Tool{{Name: "get_weather"}, {Name: "break_it"}, {Name: "slow-search"}, {Name: "len"}, {Name: "get-x"}, {Name: "get_x"}}
 
 // journal is a host that records each call's outcome by ordinal and
 // answers a recorded ordinal from the record, as a durable host does: made
@@ -24,9 +24,9 @@ type journal struct {
 	recorded map[int]codemode.Call
 	outcomes map[int]codemode.Outcome
 	made     []codemode.Call
-	// park, if set, cuts the program at the call to that tool the first
-	// time it is made (the call parks; the program runs again later).
-	park   string
+	// park, if set, cuts the program at the first call of that kind the
+	// first time it is made (the call parks; the program runs again).
+	park   codemode.Kind
 	parked bool
 }
 
@@ -42,13 +42,13 @@ func (j *journal) Do(_ context.Context, calls []codemode.Call) ([]codemode.Outco
 	outs := make([]codemode.Outcome, len(calls))
 	for i, c := range calls {
 		if rec, ok := j.recorded[c.Ordinal]; ok {
-			if rec.Tool != c.Tool || string(rec.Args) != string(c.Args) {
+			if rec.Kind != c.Kind || rec.Tool != c.Tool || string(rec.Args) != string(c.Args) {
 				return nil, fmt.Errorf("nondeterminism at call %d: %s%s, recorded %s%s", c.Ordinal, c.Tool, c.Args, rec.Tool, rec.Args)
 			}
 			outs[i] = j.outcomes[c.Ordinal]
 			continue
 		}
-		if c.Tool == j.park && !j.parked {
+		if c.Kind == j.park && !j.parked {
 			j.parked = true
 			return nil, errParked
 		}
@@ -62,6 +62,13 @@ func (j *journal) Do(_ context.Context, calls []codemode.Call) ([]codemode.Outco
 func answer(c codemode.Call) codemode.Outcome {
 	var args map[string]any
 	_ = json.Unmarshal(c.Args, &args)
+	switch c.Kind {
+	case codemode.KindModel:
+		b, _ := json.Marshal("the model says: " + args["prompt"].(string))
+		return codemode.Outcome{Value: b}
+	case codemode.KindSleep:
+		return codemode.Outcome{}
+	}
 	switch c.Tool {
 	case "get_weather":
 		city, _ := args["city"].(string)
@@ -70,15 +77,10 @@ func answer(c codemode.Call) codemode.Outcome {
 		}
 		b, _ := json.Marshal(map[string]any{"city": city, "temp": len(city)})
 		return codemode.Outcome{Value: b}
-	case "fail":
+	case "break_it", "len":
 		return codemode.Outcome{Error: "it broke"}
 	case "slow-search":
 		return codemode.Outcome{Cancelled: true}
-	case codemode.Model:
-		b, _ := json.Marshal("the model says: " + args["prompt"].(string))
-		return codemode.Outcome{Value: b}
-	case codemode.Sleep:
-		return codemode.Outcome{}
 	}
 	return codemode.Outcome{Error: "unknown tool " + c.Tool}
 }
@@ -107,10 +109,10 @@ result = {"summary": summary, "temp": w["temp"]}
 	if string(res.Value) != `{"summary":"the model says: summarise Oslo","temp":4}` || res.Output != "temp 4\n" || res.Calls != 3 {
 		t.Fatalf("result %s, output %q, calls %d", res.Value, res.Output, res.Calls)
 	}
-	want := []string{`0 get_weather {"city":"Oslo"}`, `1 llm {"prompt":"summarise Oslo"}`, `2 sleep {"seconds":2}`}
+	want := []string{`0 tool get_weather {"city":"Oslo"}`, `1 llm  {"prompt":"summarise Oslo"}`, `2 sleep  {"seconds":2}`}
 	var got []string
 	for _, c := range j.made {
-		got = append(got, fmt.Sprintf("%d %s %s", c.Ordinal, c.Tool, c.Args))
+		got = append(got, fmt.Sprintf("%d %s %s %s", c.Ordinal, c.Kind, c.Tool, c.Args))
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("calls %q, want %q", got, want)
@@ -128,7 +130,7 @@ c = llm("compare %d and %d" % (a["temp"], b["temp"]))
 result = c
 `
 	j := newJournal()
-	j.park = codemode.Model
+	j.park = codemode.KindModel
 	if _, err := codemode.Run(context.Background(), src, tools, j, codemode.Limits{}); !errors.Is(err, errParked) {
 		t.Fatalf("first run: %v, want the park", err)
 	}
@@ -160,7 +162,7 @@ func TestAnotherPath(t *testing.T) {
 func TestParallelMixedOutcomes(t *testing.T) {
 	j := newJournal()
 	res := run(t, `
-rs = parallel([call(get_weather, city="Oslo"), call(fail), call(tool, "slow-search", q="x"), call(get_weather, {"city": "Atlantis"})])
+rs = parallel([call(get_weather, city="Oslo"), call(break_it), call(tool, "slow-search", q="x"), call(get_weather, {"city": "Atlantis"})])
 result = [[r.ok, r.value, r.error, r.cancelled] for r in rs]
 `, j, codemode.Limits{})
 	want := `[[true,{"city":"Oslo","temp":4},null,false],[false,null,"it broke",false],[false,null,"cancelled",true],[false,null,"no such city",false]]`
@@ -179,7 +181,7 @@ result = [[r.ok, r.value, r.error, r.cancelled] for r in rs]
 // call(tool, "name") describes a call of a tool by its name; the target
 // of call() and attempt() must be a tool, llm or sleep.
 func TestNamedToolAndTargets(t *testing.T) {
-	res := run(t, `result = [parallel([call(tool, "slow-search")])[0].cancelled, attempt(tool, "fail").error]`, newJournal(), codemode.Limits{})
+	res := run(t, `result = [parallel([call(tool, "slow-search")])[0].cancelled, attempt(tool, "len").error]`, newJournal(), codemode.Limits{})
 	if res.Error != "" || string(res.Value) != `[true,"it broke"]` {
 		t.Fatalf("call and attempt of tool(name): %s (%s)", res.Value, res.Error)
 	}
@@ -195,8 +197,8 @@ func TestNamedToolAndTargets(t *testing.T) {
 
 func TestFailures(t *testing.T) {
 	for _, c := range []struct{ src, want string }{
-		{`fail()`, "fail failed: it broke"},
-		{`r = attempt(fail)
+		{`break_it()`, "break_it failed: it broke"},
+		{`r = attempt(break_it)
 result = r.error`, ""},
 		{`x = 1 +`, "got end of file"},
 		{`undefined_name()`, "undefined: undefined_name"},
@@ -228,10 +230,14 @@ func TestLimits(t *testing.T) {
 		{"steps", "while True:\n    pass", codemode.Limits{Steps: 100000}, "more than 100000 steps"},
 		{"output", "for i in range(1000000):\n    print(\"x\" * 100)", codemode.Limits{Output: 1 << 20}, "printed more than 1048576 bytes"},
 		{"calls", "for i in range(10000):\n    get_weather(city=\"Oslo\")", codemode.Limits{Calls: 50}, "more than 50 calls"},
-		{"fanout", "parallel([call(fail) for i in range(100)])", codemode.Limits{Fanout: 10}, "100 calls, at most 10"},
+		{"fanout", "parallel([call(break_it) for i in range(100)])", codemode.Limits{Fanout: 10}, "100 calls, at most 10"},
 		{"source", strings.Repeat("x = 1\n", 2000), codemode.Limits{Source: 1000}, "at most 1000"},
-		{"arguments", `get_weather(city="x" * 2000)`, codemode.Limits{Value: 1000}, "at most 1000"},
-		{"result", `result = "x" * 2000`, codemode.Limits{Value: 1000}, "at most 1000"},
+		{"arguments", `get_weather(city="x" * 2000)`, codemode.Limits{Value: 1000}, "arguments: more than 1000 bytes"},
+		{"result", `result = "x" * 2000`, codemode.Limits{Value: 1000}, "result: more than 1000 bytes"},
+		// Nested twice over, 2^60 leaves: refused at the bound, not spelled out.
+		{"shared", "a = [1]\nfor i in range(60):\n    a = [a, a]\nresult = a", codemode.Limits{Value: 1000}, "result: more than 1000 bytes"},
+		{"json", `x = json.decode("[" * 100000)`, codemode.Limits{}, "nested deeper than 64"},
+		{"error", `fail("x" * 100000)`, codemode.Limits{Output: 1000}, "…"},
 		{"quiet", "while True:\n    pass", codemode.Limits{Steps: 1 << 62, Quiet: 200 * time.Millisecond}, "without a call"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -242,6 +248,9 @@ func TestLimits(t *testing.T) {
 			}
 			if c.name == "calls" && len(j.made) != 50 {
 				t.Fatalf("%d calls made, want the 50 allowed", len(j.made))
+			}
+			if c.name == "error" && len(res.Error) > 1000+len("…") {
+				t.Fatalf("an error of %d bytes", len(res.Error))
 			}
 			if c.name == "output" && len(res.Output) > 1<<20 {
 				t.Fatalf("kept %d bytes of output", len(res.Output))
@@ -271,4 +280,24 @@ type hostFunc func([]codemode.Call) []codemode.Outcome
 
 func (f hostFunc) Do(_ context.Context, calls []codemode.Call) ([]codemode.Outcome, error) {
 	return f(calls), nil
+}
+
+// A tool named as a Starlark builtin (len), or two tools sharing a name
+// once '-' is '_' (get-x, get_x), are called by tool("name") only, and
+// Describe says so; Starlark's len stays len.
+func TestToolNames(t *testing.T) {
+	res := run(t, `result = [len([1, 2]), attempt(tool, "len").error, attempt(tool, "get-x").ok]`, newJournal(), codemode.Limits{})
+	if res.Error != "" || string(res.Value) != `[2,"it broke",false]` {
+		t.Fatalf("%s (%s)", res.Value, res.Error)
+	}
+	res = run(t, `get_x()`, newJournal(), codemode.Limits{})
+	if !strings.Contains(res.Error, "undefined: get_x") {
+		t.Fatalf("get_x: %q", res.Error)
+	}
+	d := codemode.Describe(tools)
+	for _, want := range []string{"tool(\"len\")", "tool(\"get-x\")", "tool(\"get_x\")", "slow_search("} {
+		if !strings.Contains(d, want) {
+			t.Errorf("Describe lacks %s:\n%s", want, d)
+		}
+	}
 }

@@ -13,8 +13,12 @@ import (
 )
 
 // maxDepth bounds the nesting of a value crossing the program's edge, in
-// either direction.
-const maxDepth = 64
+// either direction; maxDigits a number's digits (a number of a million
+// digits costs seconds to read).
+const (
+	maxDepth  = 64
+	maxDigits = 1000
+)
 
 // fromJSON turns a JSON document into a Starlark value: objects become
 // dicts in the document's key order, so the same bytes always make the
@@ -48,6 +52,9 @@ func decodeValue(dec *json.Decoder, depth int) (starlark.Value, error) {
 	case string:
 		return starlark.String(t), nil
 	case json.Number:
+		if len(t) > maxDigits {
+			return nil, fmt.Errorf("a number of %d digits, at most %d", len(t), maxDigits)
+		}
 		if i, ok := new(big.Int).SetString(string(t), 10); ok {
 			return starlark.MakeBigInt(i), nil
 		}
@@ -97,19 +104,36 @@ func decodeValue(dec *json.Decoder, depth int) (starlark.Value, error) {
 
 // toJSON encodes a Starlark value as JSON: dicts (with string keys) in
 // their insertion order, lists and tuples as arrays, structs as objects
-// in their fields' order. Anything else (functions, sets) is refused.
-func toJSON(v starlark.Value) ([]byte, error) {
-	var b bytes.Buffer
-	if err := encodeValue(&b, v, 0); err != nil {
+// in their fields' order. Anything else (functions, sets) is refused, and
+// so is an encoding past limit bytes, as soon as it passes it: a list
+// that holds one list twice, nested, is cheap to build and costly to
+// spell out.
+func toJSON(v starlark.Value, limit int) ([]byte, error) {
+	e := encoder{limit: limit}
+	if err := e.value(v, 0); err != nil {
 		return nil, err
 	}
-	return b.Bytes(), nil
+	return e.b.Bytes(), nil
 }
 
-func encodeValue(b *bytes.Buffer, v starlark.Value, depth int) error {
+// errTooLarge is an encoding past its limit.
+type errTooLarge struct{ limit int }
+
+func (e errTooLarge) Error() string { return fmt.Sprintf("more than %d bytes as JSON", e.limit) }
+
+type encoder struct {
+	b     bytes.Buffer
+	limit int
+}
+
+func (e *encoder) value(v starlark.Value, depth int) error {
 	if depth > maxDepth {
 		return fmt.Errorf("nested deeper than %d", maxDepth)
 	}
+	if e.b.Len() > e.limit {
+		return errTooLarge{e.limit}
+	}
+	b := &e.b
 	switch x := v.(type) {
 	case starlark.NoneType:
 		b.WriteString("null")
@@ -128,9 +152,9 @@ func encodeValue(b *bytes.Buffer, v starlark.Value, depth int) error {
 		out, _ := json.Marshal(string(x))
 		b.Write(out)
 	case *starlark.List:
-		return encodeSeq(b, x, depth)
+		return e.seq(x, depth)
 	case starlark.Tuple:
-		return encodeSeq(b, x, depth)
+		return e.seq(x, depth)
 	case *starlark.Dict:
 		b.WriteByte('{')
 		for i, item := range x.Items() {
@@ -144,7 +168,7 @@ func encodeValue(b *bytes.Buffer, v starlark.Value, depth int) error {
 			out, _ := json.Marshal(string(k))
 			b.Write(out)
 			b.WriteByte(':')
-			if err := encodeValue(b, item[1], depth+1); err != nil {
+			if err := e.value(item[1], depth+1); err != nil {
 				return err
 			}
 		}
@@ -159,7 +183,7 @@ func encodeValue(b *bytes.Buffer, v starlark.Value, depth int) error {
 			b.Write(out)
 			b.WriteByte(':')
 			f, _ := x.Attr(name)
-			if err := encodeValue(b, f, depth+1); err != nil {
+			if err := e.value(f, depth+1); err != nil {
 				return err
 			}
 		}
@@ -167,19 +191,55 @@ func encodeValue(b *bytes.Buffer, v starlark.Value, depth int) error {
 	default:
 		return fmt.Errorf("a %s has no JSON form", v.Type())
 	}
+	if e.b.Len() > e.limit {
+		return errTooLarge{e.limit}
+	}
 	return nil
 }
 
-func encodeSeq(b *bytes.Buffer, seq starlark.Indexable, depth int) error {
-	b.WriteByte('[')
+func (e *encoder) seq(seq starlark.Indexable, depth int) error {
+	e.b.WriteByte('[')
 	for i := range seq.Len() {
 		if i > 0 {
-			b.WriteByte(',')
+			e.b.WriteByte(',')
 		}
-		if err := encodeValue(b, seq.Index(i), depth+1); err != nil {
+		if err := e.value(seq.Index(i), depth+1); err != nil {
 			return err
 		}
 	}
-	b.WriteByte(']')
+	e.b.WriteByte(']')
 	return nil
+}
+
+// jsonModule is the program's json: encode and decode, bounded as values
+// crossing its edge are (go.starlark.net's own decode has no depth
+// bound, and a deep enough document overflows the Go stack).
+func jsonModule(limit int) *starlarkstruct.Module {
+	return &starlarkstruct.Module{Name: "json", Members: starlark.StringDict{
+		"encode": starlark.NewBuiltin("json.encode", func(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+			var v starlark.Value
+			if err := starlark.UnpackPositionalArgs(b.Name(), args, kwargs, 1, &v); err != nil {
+				return nil, err
+			}
+			out, err := toJSON(v, limit)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %v", b.Name(), err)
+			}
+			return starlark.String(out), nil
+		}),
+		"decode": starlark.NewBuiltin("json.decode", func(_ *starlark.Thread, b *starlark.Builtin, args starlark.Tuple, kwargs []starlark.Tuple) (starlark.Value, error) {
+			var s string
+			if err := starlark.UnpackPositionalArgs(b.Name(), args, kwargs, 1, &s); err != nil {
+				return nil, err
+			}
+			if len(s) > limit {
+				return nil, fmt.Errorf("%s: %d bytes, at most %d", b.Name(), len(s), limit)
+			}
+			v, err := fromJSON([]byte(s))
+			if err != nil {
+				return nil, fmt.Errorf("%s: %v", b.Name(), err)
+			}
+			return v, nil
+		}),
+	}}
 }

@@ -15,6 +15,7 @@ import (
 func (w *Worker) adopt(p *Process) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.newRegistration(p)
 	if !w.caught || p.Head <= w.applied {
 		return // the reader has it, or its catching up looks at everything
 	}
@@ -78,6 +79,7 @@ func (t *ticket) drop() {
 func (t *ticket) begin(p *Process, run *Run) {
 	w := t.w
 	w.mu.Lock()
+	w.newRegistration(p)
 	if _, ok := w.open[p.ID]; !ok && p.Head > w.applied {
 		w.open[p.ID] = p.clone()
 	}
@@ -139,13 +141,33 @@ func (w *Worker) ended(p *Process) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if _, open := w.open[p.ID]; open {
+	if q, open := w.open[p.ID]; open && q.Origin == p.Origin {
 		if w.endedHere == nil {
 			w.endedHere = map[string]*Process{}
 		}
 		w.endedHere[p.ID] = p.clone()
 	}
 	w.tell(p.ID, p)
+}
+
+// pruned forgets the ends written here of processes this node pruned:
+// a later registration of the same id is another process. (One pruned
+// and registered again elsewhere while this reader lags behind the end
+// is the window left: its awaiter here is told the earlier end.)
+func (w *Worker) pruned(ids []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, id := range ids {
+		delete(w.endedHere, id)
+	}
+}
+
+// newRegistration drops an end written here of an earlier registration
+// of p's id; w.mu is held.
+func (w *Worker) newRegistration(p *Process) {
+	if e := w.endedHere[p.ID]; e != nil && e.Origin != p.Origin {
+		delete(w.endedHere, p.ID)
+	}
 }
 
 // forget drops an open process the reader saw end (or leave); w.mu is

@@ -295,6 +295,9 @@ func (r *Registry) PruneWhere(ctx context.Context, garbage func(p *Process) bool
 		}
 		pruned = append(pruned, p.ID)
 	}
+	if w := r.worker.Load(); w != nil {
+		w.pruned(pruned)
+	}
 	registered := map[string]bool{}
 	for _, p := range ps {
 		registered[p.ID] = true

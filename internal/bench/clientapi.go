@@ -147,22 +147,28 @@ func runClient(ctx context.Context, job clientJob) ([]clientSample, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	fail := func(err error) ([]clientSample, error) {
-		cancel() // a child still writing would block on the pipe no one reads
+	// fail stops the child (one still writing would block on the pipe no
+	// one reads) and says why, with what the child wrote to stderr, read
+	// once it has exited.
+	fail := func(format string, args ...any) ([]clientSample, error) {
+		cancel()
 		_ = cmd.Wait()
-		return nil, err
+		return nil, fmt.Errorf(format+": %s", append(args, stderr.String())...)
 	}
 	sc := bufio.NewScanner(out)
 	if !sc.Scan() || sc.Text() != clientReady {
-		return fail(fmt.Errorf("bench: %s did not run the client (a binary that runs ClientAPI calls bench.RunClient when %s is set): %s", exe, ClientEnv, stderr.String()))
+		return fail("bench: %s did not run the client (a binary that runs ClientAPI calls bench.RunClient when %s is set)", exe, ClientEnv)
 	}
 	var samples []clientSample
 	for sc.Scan() {
 		var s clientSample
 		if err := json.Unmarshal(sc.Bytes(), &s); err != nil {
-			return fail(fmt.Errorf("bench: the client said %q", sc.Text()))
+			return fail("bench: the client said %q", sc.Text())
 		}
 		samples = append(samples, s)
+	}
+	if err := sc.Err(); err != nil {
+		return fail("bench: reading the client: %v", err)
 	}
 	if err := cmd.Wait(); err != nil || len(samples) != job.N {
 		return nil, fmt.Errorf("bench: the client process (%v) gave %d of %d samples: %s", err, len(samples), job.N, stderr.String())
