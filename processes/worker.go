@@ -117,6 +117,14 @@ type Worker struct {
 // ended by a cancel request, for executors that stop work elsewhere.
 var ErrCancelRequested = errors.New("processes: cancel requested")
 
+// cancelRequested is the cause of an attempt's context that a cancel
+// request ended, with the request: the attempt's fold, read again from a
+// replica that has not had it yet, may lack it.
+type cancelRequested struct{ req *Event }
+
+func (c *cancelRequested) Error() string        { return ErrCancelRequested.Error() }
+func (c *cancelRequested) Is(target error) bool { return target == ErrCancelRequested }
+
 // Causes that end an attempt's context.
 var (
 	errCancelRequested = ErrCancelRequested
@@ -347,7 +355,7 @@ func (w *Worker) apply(m *streams.Msg) (ended *Process, live bool) {
 		}
 		return p, w.caught
 	case e.Type == TypeCancelRequested && cancel != nil:
-		cancel(errCancelRequested)
+		cancel(&cancelRequested{req: p.CancelRequested})
 	}
 	if w.caught && (e.Type == TypeRegistered || e.Type == TypeCancelRequested || e.Type == TypeAbandonRequested) {
 		select {
@@ -587,7 +595,7 @@ func (w *Worker) attempt(ctx context.Context, p *Process, f Facts) error {
 	if run.Process().CancelRequested != nil {
 		// Requested before the start: the reader may have passed it
 		// before this attempt was registered as running.
-		w.cancel(pid, errCancelRequested)
+		w.cancel(pid, &cancelRequested{req: run.Process().CancelRequested})
 	}
 	return w.execute(ctx, run)
 }
@@ -621,7 +629,11 @@ func (w *Worker) execute(ctx context.Context, run *Run) error {
 				return err
 			}
 			reason := "cancel requested"
-			if cr := run.Process().CancelRequested; cr != nil {
+			cr := run.Process().CancelRequested
+			if c := (*cancelRequested)(nil); cr == nil && errors.As(cause, &c) {
+				cr = c.req
+			}
+			if cr != nil {
 				reason = cancelReason(cr)
 			}
 			_, err := run.Cancelled(wctx, reason)
