@@ -1,0 +1,258 @@
+package codemode
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ChildEnv, set in a process's environment, makes it a sandbox's child:
+// a binary whose programs run in a Sandbox calls ServeChild first thing
+// (lash-node does, and so do the tests that use one).
+const ChildEnv = "LASH_CODEMODE_CHILD"
+
+// Sandbox runs programs each in a child process the OS bounds: memory
+// (RLIMIT_DATA, with the Go runtime's soft limit below it) and CPU time
+// (RLIMIT_CPU), and it is killed when it stays quiet, neither calling nor
+// ending, past its bound. What the interpreter cannot bound (ADR 0042: one
+// expression building gigabytes, one builtin recursing for minutes) ends
+// the child, and the program with a readable error, never the node.
+type Sandbox struct {
+	// Memory bounds a child's memory (default 512 MiB); CPU its CPU
+	// time (default 60 s).
+	Memory int64
+	CPU    time.Duration
+	// Command makes the child's command; by default this executable
+	// again, which must call ServeChild.
+	Command func(ctx context.Context) *exec.Cmd
+}
+
+// message is one line between a sandbox and its child: the job, calls
+// and their outcomes, the result.
+type message struct {
+	Source   string    `json:"source,omitempty"`
+	Tools    []Tool    `json:"tools,omitempty"`
+	Limits   *Limits   `json:"limits,omitempty"`
+	Calls    []Call    `json:"calls,omitempty"`
+	Outcomes []Outcome `json:"outcomes,omitempty"`
+	Result   *Result   `json:"result,omitempty"`
+}
+
+// maxLine bounds a line between sandbox and child: a fan-out's calls or
+// outcomes at their bounds, and room.
+func maxLine(lim Limits) int { return (lim.Fanout+1)*(lim.Value+1024) + lim.Output + 1<<20 }
+
+// Run runs src as Run does, in a child process.
+func (s *Sandbox) Run(ctx context.Context, src string, tools []Tool, host Host, lim Limits) (Result, error) {
+	lim.defaults()
+	if len(src) > lim.Source {
+		return Result{Error: fmt.Sprintf("the program is %d bytes, at most %d", len(src), lim.Source)}, nil
+	}
+	memory, cpu := s.Memory, s.CPU
+	if memory <= 0 {
+		memory = 512 << 20
+	}
+	if cpu <= 0 {
+		cpu = time.Minute
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var cmd *exec.Cmd
+	if s.Command != nil {
+		cmd = s.Command(cctx)
+	} else {
+		exe, err := os.Executable()
+		if err != nil {
+			return Result{}, fmt.Errorf("codemode: %w", err)
+		}
+		// A test binary that is no child runs no test either.
+		cmd = exec.CommandContext(cctx, exe, "-test.run=^$")
+	}
+	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d,%d", ChildEnv, memory, int64(cpu/time.Second)))
+	stderr := &boundedBuffer{max: 64 << 10}
+	cmd.Stderr = stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return Result{}, fmt.Errorf("codemode: %w", err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return Result{}, fmt.Errorf("codemode: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return Result{}, fmt.Errorf("codemode: starting the sandbox: %w", err)
+	}
+	// The child stays quiet past its bound: killed, with a grace for its
+	// own bound to speak first.
+	var quiet sync.Mutex
+	killed := ""
+	watch := time.AfterFunc(lim.Quiet+2*time.Second, func() {
+		quiet.Lock()
+		killed = fmt.Sprintf("the program ran %s without a call", lim.Quiet)
+		quiet.Unlock()
+		cancel()
+	})
+	defer watch.Stop()
+	end := func(res Result, err error) (Result, error) {
+		watch.Stop()
+		cancel()
+		_ = cmd.Wait()
+		return res, err
+	}
+	enc := json.NewEncoder(in)
+	if err := enc.Encode(message{Source: src, Tools: tools, Limits: &lim}); err != nil {
+		return end(Result{}, fmt.Errorf("codemode: the sandbox did not take the program: %w", err))
+	}
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64<<10), maxLine(lim))
+	for sc.Scan() {
+		var m message
+		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+			return end(Result{}, fmt.Errorf("codemode: the sandbox said %.200q", sc.Text()))
+		}
+		if m.Result != nil {
+			return end(*m.Result, nil)
+		}
+		watch.Stop()
+		outs, err := host.Do(ctx, m.Calls)
+		if err != nil {
+			return end(Result{}, err)
+		}
+		watch.Reset(lim.Quiet + 2*time.Second)
+		if err := enc.Encode(message{Outcomes: outs}); err != nil {
+			break // the child died: its end says why
+		}
+	}
+	watch.Stop()
+	cancel()
+	werr := cmd.Wait()
+	if ctx.Err() != nil {
+		return Result{}, ctx.Err()
+	}
+	quiet.Lock()
+	why := killed
+	quiet.Unlock()
+	if why == "" {
+		why = death(werr, stderr.String(), memory, cpu)
+	}
+	return Result{Error: why}, nil
+}
+
+// death says why a child ended without a result.
+func death(err error, stderr string, memory int64, cpu time.Duration) string {
+	switch {
+	case strings.Contains(stderr, "out of memory") || strings.Contains(stderr, "cannot allocate memory"):
+		return fmt.Sprintf("the program used more than %d MiB of memory", memory>>20)
+	case strings.Contains(stderr, "stack overflow") || strings.Contains(stderr, "stack exceeds"):
+		return "the program nested values too deeply"
+	case err != nil && strings.Contains(err.Error(), "CPU time limit"):
+		return fmt.Sprintf("the program used more than %s of CPU time", cpu)
+	}
+	first, _, _ := strings.Cut(strings.TrimSpace(stderr), "\n")
+	return clip(fmt.Sprintf("the program's sandbox ended (%v): %s", err, first), 500)
+}
+
+// boundedBuffer keeps the first max bytes written to it.
+type boundedBuffer struct {
+	mu  sync.Mutex
+	b   []byte
+	max int
+}
+
+func (w *boundedBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if room := w.max - len(w.b); room > 0 {
+		w.b = append(w.b, p[:min(len(p), room)]...)
+	}
+	return len(p), nil
+}
+
+func (w *boundedBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.b)
+}
+
+// ServeChild serves as a sandbox's child when ChildEnv says so, and
+// exits; otherwise it returns at once.
+func ServeChild() {
+	spec := os.Getenv(ChildEnv)
+	if spec == "" {
+		return
+	}
+	memory, cpu, err := childLimits(spec)
+	if err == nil {
+		err = bound(memory, cpu)
+	}
+	if err == nil {
+		err = serveChild(os.Stdin, os.Stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "codemode child:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func childLimits(spec string) (memory int64, cpu time.Duration, err error) {
+	m, c, ok := strings.Cut(spec, ",")
+	memory, err1 := strconv.ParseInt(m, 10, 64)
+	secs, err2 := strconv.ParseInt(c, 10, 64)
+	if !ok || err1 != nil || err2 != nil || memory <= 0 || secs <= 0 {
+		return 0, 0, fmt.Errorf("%s=%q: want <memory bytes>,<cpu seconds>", ChildEnv, spec)
+	}
+	// The runtime collects hard before the OS limit refuses it memory.
+	debug.SetMemoryLimit(memory * 3 / 4)
+	return memory, time.Duration(secs) * time.Second, nil
+}
+
+func serveChild(r io.Reader, w io.Writer) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), maxLine(Limits{Fanout: 1 << 10, Value: 16 << 20, Output: 16 << 20}))
+	if !sc.Scan() {
+		return errors.New("no program came")
+	}
+	var job message
+	if err := json.Unmarshal(sc.Bytes(), &job); err != nil || job.Limits == nil {
+		return fmt.Errorf("an unreadable job: %v", err)
+	}
+	enc := json.NewEncoder(w)
+	host := pipeHost{sc: sc, enc: enc}
+	res, err := Run(context.Background(), job.Source, job.Tools, host, *job.Limits)
+	if err != nil {
+		return err // the sandbox stopped answering: it ends the program
+	}
+	return enc.Encode(message{Result: &res})
+}
+
+// pipeHost is the host in a child: calls go up the pipe, outcomes come
+// down.
+type pipeHost struct {
+	sc  *bufio.Scanner
+	enc *json.Encoder
+}
+
+func (h pipeHost) Do(_ context.Context, calls []Call) ([]Outcome, error) {
+	if err := h.enc.Encode(message{Calls: calls}); err != nil {
+		return nil, err
+	}
+	if !h.sc.Scan() {
+		return nil, errors.New("the sandbox stopped answering")
+	}
+	var m message
+	if err := json.Unmarshal(h.sc.Bytes(), &m); err != nil {
+		return nil, err
+	}
+	return m.Outcomes, nil
+}
