@@ -146,7 +146,12 @@ func (e *encoder) value(v starlark.Value, depth int) error {
 		if math.IsInf(f, 0) || math.IsNaN(f) {
 			return fmt.Errorf("%v has no JSON form", x)
 		}
-		out, _ := json.Marshal(f)
+		// A float stays one across the edge: 1.0, not 1, which comes
+		// back an int.
+		out := strconv.AppendFloat(nil, f, 'g', -1, 64)
+		if !bytes.ContainsAny(out, ".e") {
+			out = append(out, ".0"...)
+		}
 		b.Write(out)
 	case starlark.String:
 		out, _ := json.Marshal(string(x))
