@@ -66,3 +66,27 @@ func TestSandboxBounds(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkSandboxRun: a program of three calls run in a sandbox's child,
+// against BenchmarkRun, the same in-process: what a child costs a run.
+func BenchmarkSandboxRun(b *testing.B) {
+	benchRun(b, func(ctx context.Context, src string, h codemode.Host) (codemode.Result, error) {
+		return (&codemode.Sandbox{}).Run(ctx, src, tools, h, codemode.Limits{})
+	})
+}
+
+func BenchmarkRun(b *testing.B) {
+	benchRun(b, func(ctx context.Context, src string, h codemode.Host) (codemode.Result, error) {
+		return codemode.Run(ctx, src, tools, h, codemode.Limits{})
+	})
+}
+
+func benchRun(b *testing.B, run func(context.Context, string, codemode.Host) (codemode.Result, error)) {
+	src := `result = [get_weather(city=c)["temp"] for c in ["Oslo", "Rome", "Lima"]]`
+	for b.Loop() {
+		res, err := run(context.Background(), src, newJournal())
+		if err != nil || res.Error != "" {
+			b.Fatal(err, res.Error)
+		}
+	}
+}
