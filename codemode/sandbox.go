@@ -24,7 +24,9 @@ const ChildEnv = "LASH_CODEMODE_CHILD"
 // Sandbox runs programs each in a child process the OS bounds: memory
 // (RLIMIT_DATA, with the Go runtime's soft limit below it) and CPU time
 // (RLIMIT_CPU), and it is killed when it stays quiet, neither calling nor
-// ending, past its bound. What the interpreter cannot bound (ADR 0042: one
+// ending, past its bound. A child is started ahead for the next program,
+// so a program seldom waits for a process to start; Close stops it (a
+// child whose parent is gone ends when its stdin does). What the interpreter cannot bound (ADR 0042: one
 // expression building gigabytes, one builtin recursing for minutes) ends
 // the child, and the program with a readable error, never the node.
 type Sandbox struct {
@@ -35,6 +37,11 @@ type Sandbox struct {
 	// Command makes the child's command; by default this executable
 	// again, which must call ServeChild.
 	Command func(ctx context.Context) *exec.Cmd
+
+	mu       sync.Mutex
+	spare    *child // started ahead, waiting for a program
+	starting bool
+	closed   bool
 }
 
 // message is one line between a sandbox and its child: the job, calls
@@ -52,46 +59,141 @@ type message struct {
 // outcomes at their bounds, and room.
 func maxLine(lim Limits) int { return (lim.Fanout+1)*(lim.Value+1024) + lim.Output + 1<<20 }
 
-// Run runs src as Run does, in a child process.
-func (s *Sandbox) Run(ctx context.Context, src string, tools []Tool, host Host, lim Limits) (Result, error) {
-	lim.defaults()
-	if len(src) > lim.Source {
-		return Result{Error: fmt.Sprintf("the program is %d bytes, at most %d", len(src), lim.Source)}, nil
-	}
-	memory, cpu := s.Memory, s.CPU
+// child is a started child process, waiting for its program.
+type child struct {
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	out    io.ReadCloser
+	stderr *boundedBuffer
+	cancel context.CancelFunc // kills it
+}
+
+func (s *Sandbox) bounds() (memory int64, cpu time.Duration) {
+	memory, cpu = s.Memory, s.CPU
 	if memory <= 0 {
 		memory = 512 << 20
 	}
 	if cpu <= 0 {
 		cpu = time.Minute
 	}
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	return memory, cpu
+}
+
+// start starts a child; it waits for its program on its stdin.
+func (s *Sandbox) start() (*child, error) {
+	memory, cpu := s.bounds()
+	ctx, cancel := context.WithCancel(context.Background())
 	var cmd *exec.Cmd
 	if s.Command != nil {
-		cmd = s.Command(cctx)
+		cmd = s.Command(ctx)
 	} else {
 		exe, err := os.Executable()
 		if err != nil {
-			return Result{}, fmt.Errorf("codemode: %w", err)
+			cancel()
+			return nil, fmt.Errorf("codemode: %w", err)
 		}
 		// A test binary that is no child runs no test either.
-		cmd = exec.CommandContext(cctx, exe, "-test.run=^$")
+		cmd = exec.CommandContext(ctx, exe, "-test.run=^$")
 	}
 	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d,%d", ChildEnv, memory, int64(cpu/time.Second)))
-	stderr := &boundedBuffer{max: 64 << 10}
-	cmd.Stderr = stderr
-	in, err := cmd.StdinPipe()
+	c := &child{cmd: cmd, stderr: &boundedBuffer{max: 64 << 10}, cancel: cancel}
+	cmd.Stderr = c.stderr
+	var err error
+	if c.in, err = cmd.StdinPipe(); err == nil {
+		c.out, err = cmd.StdoutPipe()
+	}
+	if err == nil {
+		err = cmd.Start()
+	}
 	if err != nil {
-		return Result{}, fmt.Errorf("codemode: %w", err)
+		cancel()
+		return nil, fmt.Errorf("codemode: starting the sandbox: %w", err)
 	}
-	out, err := cmd.StdoutPipe()
+	return c, nil
+}
+
+// take is a child for a program: the one started ahead, if there is one.
+// (Run starts the next ahead once its program ends, not while it runs.)
+func (s *Sandbox) take() (*child, error) {
+	s.mu.Lock()
+	c := s.spare
+	s.spare = nil
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, errors.New("codemode: the sandbox is closed")
+	}
+	if c != nil {
+		return c, nil
+	}
+	return s.start()
+}
+
+// refill starts a child ahead, unless one is.
+func (s *Sandbox) refill() {
+	s.mu.Lock()
+	if s.spare != nil || s.closed || s.starting {
+		s.mu.Unlock()
+		return
+	}
+	s.starting = true
+	s.mu.Unlock()
+	c, err := s.start()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.starting = false
+	switch {
+	case err != nil:
+	case s.closed || s.spare != nil:
+		c.cancel()
+		go func() { _ = c.cmd.Wait() }()
+	default:
+		s.spare = c
+	}
+}
+
+// Close stops the child started ahead. Programs running finish.
+func (s *Sandbox) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	if c := s.spare; c != nil {
+		s.spare = nil
+		c.cancel()
+		go func() { _ = c.cmd.Wait() }()
+	}
+}
+
+// Run runs src as Run does, in a child process.
+func (s *Sandbox) Run(ctx context.Context, src string, tools []Tool, host Host, lim Limits) (Result, error) {
+	lim.defaults()
+	if len(src) > lim.Source {
+		return Result{Error: fmt.Sprintf("the program is %d bytes, at most %d", len(src), lim.Source)}, nil
+	}
+	c, err := s.take()
 	if err != nil {
-		return Result{}, fmt.Errorf("codemode: %w", err)
+		return Result{}, err
 	}
-	if err := cmd.Start(); err != nil {
-		return Result{}, fmt.Errorf("codemode: starting the sandbox: %w", err)
+	defer func() { go s.refill() }()
+	job := message{Source: src, Tools: tools, Limits: &lim}
+	enc := json.NewEncoder(c.in)
+	if enc.Encode(job) != nil {
+		// The child started ahead died waiting: a new one.
+		c.cancel()
+		_ = c.cmd.Wait()
+		if c, err = s.start(); err != nil {
+			return Result{}, err
+		}
+		enc = json.NewEncoder(c.in)
+		if err := enc.Encode(job); err != nil {
+			c.cancel()
+			_ = c.cmd.Wait()
+			return Result{}, fmt.Errorf("codemode: the sandbox did not take the program: %w", err)
+		}
 	}
+	defer c.cancel()
+	stopOnCtx := context.AfterFunc(ctx, c.cancel)
+	defer stopOnCtx()
 	// The child stays quiet past its bound: killed, with a grace for its
 	// own bound to speak first.
 	var quiet sync.Mutex
@@ -100,20 +202,16 @@ func (s *Sandbox) Run(ctx context.Context, src string, tools []Tool, host Host, 
 		quiet.Lock()
 		killed = fmt.Sprintf("the program ran %s without a call", lim.Quiet)
 		quiet.Unlock()
-		cancel()
+		c.cancel()
 	})
 	defer watch.Stop()
 	end := func(res Result, err error) (Result, error) {
 		watch.Stop()
-		cancel()
-		_ = cmd.Wait()
+		c.cancel()
+		_ = c.cmd.Wait()
 		return res, err
 	}
-	enc := json.NewEncoder(in)
-	if err := enc.Encode(message{Source: src, Tools: tools, Limits: &lim}); err != nil {
-		return end(Result{}, fmt.Errorf("codemode: the sandbox did not take the program: %w", err))
-	}
-	sc := bufio.NewScanner(out)
+	sc := bufio.NewScanner(c.out)
 	sc.Buffer(make([]byte, 64<<10), maxLine(lim))
 	for sc.Scan() {
 		var m message
@@ -134,8 +232,8 @@ func (s *Sandbox) Run(ctx context.Context, src string, tools []Tool, host Host, 
 		}
 	}
 	watch.Stop()
-	cancel()
-	werr := cmd.Wait()
+	c.cancel()
+	werr := c.cmd.Wait()
 	if ctx.Err() != nil {
 		return Result{}, ctx.Err()
 	}
@@ -143,7 +241,8 @@ func (s *Sandbox) Run(ctx context.Context, src string, tools []Tool, host Host, 
 	why := killed
 	quiet.Unlock()
 	if why == "" {
-		why = death(werr, stderr.String(), memory, cpu)
+		memory, cpu := s.bounds()
+		why = death(werr, c.stderr.String(), memory, cpu)
 	}
 	return Result{Error: why}, nil
 }
@@ -217,7 +316,25 @@ func childLimits(spec string) (memory int64, cpu time.Duration, err error) {
 	return memory, time.Duration(secs) * time.Second, nil
 }
 
+// warmUp runs a small program of every kind of step while the child
+// waits for its own: the interpreter's code is in memory when it comes.
+const warmUp = `
+x = [str(i) + "x" for i in range(20)]
+d = {"a": x, "b": 1.5, "c": None}
+result = json.decode(json.encode(d))["a"][3]
+r = attempt(tool, "warm-up")
+p = parallel([call(tool, "warm-up")])
+print(len(x), r.ok, p[0].ok)
+`
+
+type warmHost struct{}
+
+func (warmHost) Do(_ context.Context, calls []Call) ([]Outcome, error) {
+	return make([]Outcome, len(calls)), nil
+}
+
 func serveChild(r io.Reader, w io.Writer) error {
+	_, _ = Run(context.Background(), warmUp, []Tool{{Name: "warm-up"}}, warmHost{}, Limits{})
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), maxLine(Limits{Fanout: 1 << 10, Value: 16 << 20, Output: 16 << 20}))
 	if !sc.Scan() {
