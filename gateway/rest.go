@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/lash-run/lash"
 	"github.com/lash-run/lash/live"
@@ -40,22 +41,20 @@ func (g *Gateway) listSessions(w http.ResponseWriter, r *http.Request, c *Caller
 		}
 		out = page
 	}
-	// Sessions the token names one by one come with the first page.
-	if after == "" {
-		for _, id := range c.Sessions {
-			if c.SessionPrefix != "" && len(id) >= len(c.SessionPrefix) && id[:len(c.SessionPrefix)] == c.SessionPrefix {
-				continue
-			}
-			st, err := g.api.Status(ctx, id)
-			if errors.Is(err, nodeapi.ErrNotFound) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			st.SuspendedCalls = nil
-			out.Sessions = append(out.Sessions, *st)
+	// Sessions the token names one by one come with the first page, read
+	// in one request.
+	var named []string
+	for _, id := range c.Sessions {
+		if c.SessionPrefix == "" || !strings.HasPrefix(id, c.SessionPrefix) {
+			named = append(named, id)
 		}
+	}
+	if after == "" && len(named) > 0 {
+		page, err := g.api.Sessions(ctx, nodeapi.SessionsRequest{IDs: named})
+		if err != nil {
+			return err
+		}
+		out.Sessions = append(out.Sessions, page.Sessions...)
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

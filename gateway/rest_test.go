@@ -139,6 +139,12 @@ func TestTenancy(t *testing.T) {
 	if res.StatusCode != 200 || strings.Contains(string(body), "b-1") {
 		t.Errorf("list with another tenant's token: %d %s", res.StatusCode, body)
 	}
+	// A token that names sessions lists those that exist.
+	res, body = r.call("GET", "/v1/sessions", token(t, gateway.Grant{Sessions: []string{"nope", "b-1"}}), nil)
+	var listed nodeapi.SessionsPage
+	if err := json.Unmarshal(body, &listed); err != nil || res.StatusCode != 200 || len(listed.Sessions) != 1 || listed.Sessions[0].Session != "b-1" {
+		t.Errorf("list by a token naming sessions: %d %s", res.StatusCode, body)
+	}
 	// A token that may not decide cannot, even for its own session.
 	chatOnly := token(t, gateway.Grant{Sessions: []string{"b-1"}})
 	res, body = r.call("POST", "/v1/sessions/b-1/decisions", chatOnly, map[string]any{"call_id": callID, "action": "resume"}, "Idempotency-Key", "d1")

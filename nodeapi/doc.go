@@ -10,7 +10,7 @@
 //	decide  {"session","key","call_id","action","mode","payload"} -> {"seq","duplicate"}
 //	cancel  {"session","key","turn"}                      -> {"seq","duplicate"}
 //	live    {"session","after","limit"}                   -> {"records":[{"seq","event"}],"more","first","last"}
-//	sessions   {"prefix","after","limit"}                 -> {"sessions":[status...],"next"}
+//	sessions   {"prefix","after","limit"} or {"ids"}      -> {"sessions":[status...],"next"}
 //	transcript {"session","from","limit"}                 -> {"messages":[...],"more","next"}
 //	info    {}                                            -> the node: id, incarnation, host, ..., its tools
 //	process_start  {"id","tool","args","external_ref","disposition","wake_session","label"} -> the process
@@ -58,7 +58,8 @@
 // the calls the session holds suspended and what each awaits (a
 // "decision", or a sleep, signal, process or event). sessions lists the
 // sessions whose ids start with a prefix of [A-Za-z0-9_-] characters, a
-// page at a time (at most MaxPageLimit); transcript reads committed
+// page at a time (at most MaxPageLimit), or those of named ids that exist;
+// transcript reads committed
 // messages from an index, a page at a time (at most MaxPageBytes, each
 // text cut at MaxMessageText with truncated set). info is answered by every node: Client.Info takes the
 // first answer, Client.Nodes gathers them all.

@@ -2,6 +2,7 @@ package nodeapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/lash-run/lash"
@@ -32,11 +33,14 @@ const (
 )
 
 // SessionsRequest lists sessions whose ids start with Prefix (made of
-// [A-Za-z0-9_-]; empty for all), in id order, after the session After.
+// [A-Za-z0-9_-]; empty for all), in id order, after the session After;
+// or, with IDs (at most MaxPageLimit, without Prefix and After), those of
+// the sessions named that exist, in the order named.
 type SessionsRequest struct {
-	Prefix string `json:"prefix,omitempty"`
-	After  string `json:"after,omitempty"`
-	Limit  int    `json:"limit,omitempty"`
+	Prefix string   `json:"prefix,omitempty"`
+	After  string   `json:"after,omitempty"`
+	Limit  int      `json:"limit,omitempty"`
+	IDs    []string `json:"ids,omitempty"`
 }
 
 func (*SessionsRequest) missing() []string { return nil }
@@ -144,6 +148,9 @@ func (s *Server) sessions(ctx context.Context, data []byte) (any, error) {
 			return nil, badRequest("after: %v", err)
 		}
 	}
+	if len(req.IDs) > 0 {
+		return s.namedSessions(ctx, &req)
+	}
 	if err := s.caughtUp(ctx); err != nil {
 		return nil, err
 	}
@@ -154,6 +161,37 @@ func (s *Server) sessions(ctx context.Context, data []byte) (any, error) {
 	page := &SessionsPage{Sessions: make([]Status, 0, len(heads)), Next: next}
 	for i := range heads {
 		page.Sessions = append(page.Sessions, *s.statusOf(&heads[i]))
+	}
+	return page, nil
+}
+
+// namedSessions answers sessions by ids: one wait for the projection, and
+// a read of each.
+func (s *Server) namedSessions(ctx context.Context, req *SessionsRequest) (any, error) {
+	switch {
+	case req.Prefix != "" || req.After != "":
+		return nil, badRequest("ids: without prefix and after")
+	case len(req.IDs) > MaxPageLimit:
+		return nil, badRequest("ids: %d, at most %d", len(req.IDs), MaxPageLimit)
+	}
+	for _, id := range req.IDs {
+		if _, err := streams.Token(id); err != nil {
+			return nil, badRequest("ids: %v", err)
+		}
+	}
+	if err := s.caughtUp(ctx); err != nil {
+		return nil, err
+	}
+	page := &SessionsPage{Sessions: []Status{}}
+	for _, id := range req.IDs {
+		h, err := s.proj.Session(id)
+		if errors.Is(err, projector.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		page.Sessions = append(page.Sessions, *s.statusOf(h))
 	}
 	return page, nil
 }

@@ -111,7 +111,7 @@ func Start(node *lash.Node, cfg Config) (*Server, error) {
 		{EndpointDecide, `{"session","key","call_id","action","mode","payload"}`, s.decide, nil},
 		{EndpointCancel, `{"session","key","turn"}`, s.cancel, nil},
 		{EndpointLive, `{"session","after","limit"}`, s.live, nil},
-		{EndpointSessions, `{"prefix","after","limit"}`, s.sessions, nil},
+		{EndpointSessions, `{"prefix","after","limit","ids"}`, s.sessions, nil},
 		{EndpointTranscript, `{"session","from","limit"}`, s.transcript, nil},
 		{EndpointProcessStart, `{"id","tool","args","external_ref","disposition","wake_session","label"}`, s.processStart, nil},
 		{EndpointProcessStatus, `{"id"}`, s.processStatus, nil},

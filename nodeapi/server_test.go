@@ -573,3 +573,28 @@ func TestClientVia(t *testing.T) {
 		t.Errorf("after a's server stopped, node-b did not answer: b %v", b.reqs.snapshot())
 	}
 }
+
+// sessions by ids answers those that exist, in the order named, in one
+// request; ids go without prefix and after, and at most MaxPageLimit.
+func TestSessionsByID(t *testing.T) {
+	r := newAPIRig(t, "node-a", nil)
+	for _, s := range []string{"s1", "s2"} {
+		if _, err := r.client.Submit(r.ctx, nodeapi.SubmitRequest{Session: s, Key: "k", Text: "hello"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	page, err := r.client.Sessions(r.ctx, nodeapi.SessionsRequest{IDs: []string{"s2", "nope", "s1"}})
+	if err != nil || len(page.Sessions) != 2 || page.Sessions[0].Session != "s2" || page.Sessions[1].Session != "s1" {
+		t.Fatalf("by ids: %+v, %v", page, err)
+	}
+	if _, err := r.client.Sessions(r.ctx, nodeapi.SessionsRequest{IDs: []string{"s1"}, Prefix: "s"}); !errors.Is(err, nodeapi.ErrBadRequest) {
+		t.Errorf("ids with a prefix: %v", err)
+	}
+	many := make([]string, nodeapi.MaxPageLimit+1)
+	for i := range many {
+		many[i] = fmt.Sprint("x", i)
+	}
+	if _, err := r.client.Sessions(r.ctx, nodeapi.SessionsRequest{IDs: many}); !errors.Is(err, nodeapi.ErrBadRequest) {
+		t.Errorf("%d ids: %v", len(many), err)
+	}
+}
