@@ -8,8 +8,9 @@
 // call can recurse in Go for minutes (str of a list nested millions
 // deep): no check between steps sees either. Run programs from a model
 // only in a process the OS bounds: Sandbox.Run runs one in a child
-// process with memory and CPU limits, killed when quiet past its bound
-// (ADR 0042). Nothing in lash runs programs yet.
+// process with memory and CPU limits (on Linux; elsewhere the runtime's
+// soft memory limit only), killed when quiet past its bound (ADR 0042).
+// Nothing in lash runs programs yet.
 //
 // Every call a program makes (a tool, llm(...), sleep(...)) goes through
 // a Host at its ordinal, the call's place in the program's order. Run

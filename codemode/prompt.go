@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"github.com/lash-run/lash/live"
 )
 
 // Guide tells the model how to write a program; Describe lists the tools
@@ -183,12 +185,8 @@ func oneLine(s string, n int) string { return clip(strings.Join(strings.Fields(s
 
 // clip cuts s at n bytes, not inside a character, marking the cut.
 func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
+	if c, cut := live.Clip(s, n); cut {
+		return c + "…"
 	}
-	cut := n
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return s[:cut] + "…"
+	return s
 }

@@ -18,13 +18,13 @@ import (
 
 // ChildEnv, set in a process's environment, makes it a sandbox's child:
 // a binary whose programs run in a Sandbox calls ServeChild first thing
-// (lash-node does, and so do the tests that use one).
+// (this package's tests do; nothing in lash runs programs yet).
 const ChildEnv = "LASH_CODEMODE_CHILD"
 
-// Sandbox runs programs each in a child process the OS bounds: memory
-// (RLIMIT_DATA, with the Go runtime's soft limit below it) and CPU time
-// (RLIMIT_CPU), and it is killed when it stays quiet, neither calling nor
-// ending, past its bound. A child is started ahead for the next program,
+// Sandbox runs programs each in a child process the OS bounds: on Linux,
+// memory (RLIMIT_DATA, with the Go runtime's soft limit below it) and CPU
+// time (RLIMIT_CPU); elsewhere the soft limit only. The child is killed
+// when it stays quiet, neither calling nor ending, past its bound. A child is started ahead for the next program,
 // so a program seldom waits for a process to start; Close stops it (a
 // child whose parent is gone ends when its stdin does). What the interpreter cannot bound (ADR 0042: one
 // expression building gigabytes, one builtin recursing for minutes) ends
@@ -56,8 +56,51 @@ type message struct {
 }
 
 // maxLine bounds a line between sandbox and child: a fan-out's calls or
-// outcomes at their bounds, and room.
-func maxLine(lim Limits) int { return (lim.Fanout+1)*(lim.Value+1024) + lim.Output + 1<<20 }
+// outcomes at their bounds, output and an error escaped at worst six
+// bytes a byte, and room. maxJob bounds the first, the job: the program
+// and its tools' descriptions.
+func maxLine(lim Limits) int {
+	return (lim.Fanout+1)*(lim.Value+6*maxFailure+1024) + 12*lim.Output + 1<<20
+}
+
+const maxJob = 16 << 20
+
+// lines reads newline-ended lines of at most max bytes.
+type lines struct {
+	r   *bufio.Reader
+	max int
+}
+
+func newLines(r io.Reader, max int) *lines {
+	return &lines{r: bufio.NewReaderSize(r, 64<<10), max: max}
+}
+
+func (l *lines) next() ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := l.r.ReadSlice('\n')
+		if len(line)+len(chunk) > l.max {
+			return nil, fmt.Errorf("a line over %d bytes", l.max)
+		}
+		line = append(line, chunk...)
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return line, err
+		}
+	}
+}
+
+// edge is what a host answered as a child may take it: a failure's
+// message clipped, a value past the bound refused, so no line runs past
+// maxLine.
+func edge(outs []Outcome, lim Limits) []Outcome {
+	for i := range outs {
+		outs[i].Error = clip(outs[i].Error, maxFailure)
+		if len(outs[i].Value) > lim.Value {
+			outs[i] = Outcome{Error: fmt.Sprintf("a result of %d bytes, at most %d", len(outs[i].Value), lim.Value)}
+		}
+	}
+	return outs
+}
 
 // child is a started child process, waiting for its program.
 type child struct {
@@ -95,7 +138,11 @@ func (s *Sandbox) start() (*child, error) {
 		// A test binary that is no child runs no test either.
 		cmd = exec.CommandContext(ctx, exe, "-test.run=^$")
 	}
-	cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%d,%d", ChildEnv, memory, int64(cpu/time.Second)))
+	env := cmd.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	cmd.Env = append(env, fmt.Sprintf("%s=%d,%d", ChildEnv, memory, int64(cpu/time.Second)))
 	c := &child{cmd: cmd, stderr: &boundedBuffer{max: 64 << 10}, cancel: cancel}
 	cmd.Stderr = c.stderr
 	var err error
@@ -211,12 +258,15 @@ func (s *Sandbox) Run(ctx context.Context, src string, tools []Tool, host Host, 
 		_ = c.cmd.Wait()
 		return res, err
 	}
-	sc := bufio.NewScanner(c.out)
-	sc.Buffer(make([]byte, 64<<10), maxLine(lim))
-	for sc.Scan() {
+	from := newLines(c.out, maxLine(lim))
+	for {
+		line, err := from.next()
+		if err != nil {
+			break // the child died, or wrote past its bounds: its end says why
+		}
 		var m message
-		if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
-			return end(Result{}, fmt.Errorf("codemode: the sandbox said %.200q", sc.Text()))
+		if err := json.Unmarshal(line, &m); err != nil {
+			return end(Result{}, fmt.Errorf("codemode: the sandbox said %.200q", line))
 		}
 		if m.Result != nil {
 			return end(*m.Result, nil)
@@ -227,7 +277,7 @@ func (s *Sandbox) Run(ctx context.Context, src string, tools []Tool, host Host, 
 			return end(Result{}, err)
 		}
 		watch.Reset(lim.Quiet + 2*time.Second)
-		if err := enc.Encode(message{Outcomes: outs}); err != nil {
+		if err := enc.Encode(message{Outcomes: edge(outs, lim)}); err != nil {
 			break // the child died: its end says why
 		}
 	}
@@ -250,7 +300,8 @@ func (s *Sandbox) Run(ctx context.Context, src string, tools []Tool, host Host, 
 // death says why a child ended without a result.
 func death(err error, stderr string, memory int64, cpu time.Duration) string {
 	switch {
-	case strings.Contains(stderr, "out of memory") || strings.Contains(stderr, "cannot allocate memory"):
+	case strings.Contains(stderr, "out of memory") || strings.Contains(stderr, "cannot allocate memory") ||
+		strings.Contains(stderr, "failed to allocate"): // the race detector's allocator, in race builds
 		return fmt.Sprintf("the program used more than %d MiB of memory", memory>>20)
 	case strings.Contains(stderr, "stack overflow") || strings.Contains(stderr, "stack exceeds"):
 		return "the program nested values too deeply"
@@ -335,17 +386,18 @@ func (warmHost) Do(_ context.Context, calls []Call) ([]Outcome, error) {
 
 func serveChild(r io.Reader, w io.Writer) error {
 	_, _ = Run(context.Background(), warmUp, []Tool{{Name: "warm-up"}}, warmHost{}, Limits{})
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), maxLine(Limits{Fanout: 1 << 10, Value: 16 << 20, Output: 16 << 20}))
-	if !sc.Scan() {
-		return errors.New("no program came")
+	from := newLines(r, maxJob)
+	line, err := from.next()
+	if err != nil {
+		return fmt.Errorf("no program came: %w", err)
 	}
 	var job message
-	if err := json.Unmarshal(sc.Bytes(), &job); err != nil || job.Limits == nil {
+	if err := json.Unmarshal(line, &job); err != nil || job.Limits == nil {
 		return fmt.Errorf("an unreadable job: %v", err)
 	}
+	from.max = maxLine(*job.Limits)
 	enc := json.NewEncoder(w)
-	host := pipeHost{sc: sc, enc: enc}
+	host := pipeHost{from: from, enc: enc}
 	res, err := Run(context.Background(), job.Source, job.Tools, host, *job.Limits)
 	if err != nil {
 		return err // the sandbox stopped answering: it ends the program
@@ -356,19 +408,20 @@ func serveChild(r io.Reader, w io.Writer) error {
 // pipeHost is the host in a child: calls go up the pipe, outcomes come
 // down.
 type pipeHost struct {
-	sc  *bufio.Scanner
-	enc *json.Encoder
+	from *lines
+	enc  *json.Encoder
 }
 
 func (h pipeHost) Do(_ context.Context, calls []Call) ([]Outcome, error) {
 	if err := h.enc.Encode(message{Calls: calls}); err != nil {
 		return nil, err
 	}
-	if !h.sc.Scan() {
-		return nil, errors.New("the sandbox stopped answering")
+	line, err := h.from.next()
+	if err != nil {
+		return nil, fmt.Errorf("the sandbox stopped answering: %w", err)
 	}
 	var m message
-	if err := json.Unmarshal(h.sc.Bytes(), &m); err != nil {
+	if err := json.Unmarshal(line, &m); err != nil {
 		return nil, err
 	}
 	return m.Outcomes, nil

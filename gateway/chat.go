@@ -25,6 +25,12 @@ import (
 // errAnswered ends a relay at the commit that answers its inputs.
 var errAnswered = errors.New("answered")
 
+// maxResponseBytes bounds the events a relay keeps before it sends them
+// (a replay's backlog, an earlier turn's events held for its commit).
+const maxResponseBytes = tapBytes * 8
+
+var errResponseTooLarge = fmt.Errorf("the response is over %d bytes of events: read the transcript", maxResponseBytes)
+
 // response is where a request's response starts: the tap, opened before
 // its inputs were appended, and the inputs' last sequence.
 type response struct {
@@ -77,9 +83,15 @@ func (g *Gateway) relay(ctx context.Context, rs *response, idle *beat, event fun
 		case named && id < rs.through:
 			if ev.Type == live.TypeTurnCommitted || ev.Type == live.TypeInputConsumed {
 				held, heldBytes = held[:0], 0 // it answered an earlier input only
-			} else if heldBytes += len(ev.Text) + 256; heldBytes <= tapBytes*8 {
-				held = append(held, rec)
+				return nil
 			}
+			// Rare (a turn that took the input at a checkpoint): its size
+			// as the wire carries it.
+			b, _ := ev.AppendJSON(nil)
+			if heldBytes += len(b); heldBytes > maxResponseBytes {
+				return errResponseTooLarge
+			}
+			held = append(held, rec)
 			return nil
 		}
 		return event(rec)
@@ -107,8 +119,8 @@ func (g *Gateway) relay(ctx context.Context, rs *response, idle *beat, event fun
 				backlog, size = backlog[:0], 0
 				return nil
 			}
-			if size += len(m.Data); size > tapBytes*8 {
-				return fmt.Errorf("the response is over %d bytes of events: read the transcript", tapBytes*8)
+			if size += len(m.Data); size > maxResponseBytes {
+				return errResponseTooLarge
 			}
 			backlog = append(backlog, live.Record{Seq: m.Seq, Event: ev})
 			return nil

@@ -237,28 +237,10 @@ func decodeEvent(session string, m *streams.Msg) live.Event {
 // open adds a tap for session; it returns the hub's position: every event
 // after it reaches the tap.
 func (h *hub) open(ctx context.Context, session string) (*tap, uint64, error) {
-	select {
-	case <-h.ready:
-	case <-ctx.Done():
-		return nil, 0, ctx.Err()
+	if err := h.following(ctx); err != nil {
+		return nil, 0, err
 	}
-	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.err != nil && h.back != nil {
-		// Following again takes a moment (the backoff, then one read):
-		// wait for it a while rather than refuse.
-		back := h.back
-		h.mu.Unlock()
-		select {
-		case <-back:
-		case <-ctx.Done():
-		case <-time.After(5 * time.Second):
-		}
-		h.mu.Lock()
-	}
-	if h.err != nil {
-		return nil, 0, h.err
-	}
 	t := &tap{session: session, signal: make(chan struct{}, 1)}
 	if h.subs[session] == nil {
 		h.subs[session] = map[*tap]struct{}{}
@@ -278,14 +260,38 @@ func (h *hub) close(t *tap) {
 
 // position is the hub's position once it follows.
 func (h *hub) position(ctx context.Context) (uint64, error) {
+	if err := h.following(ctx); err != nil {
+		return 0, err
+	}
+	defer h.mu.Unlock()
+	return h.pos, nil
+}
+
+// following returns, with h.mu held, once the hub follows LIVE, or its
+// error (h.mu not held). Following again takes a moment (the backoff,
+// then one read): it waits for that a while rather than refuse.
+func (h *hub) following(ctx context.Context) error {
 	select {
 	case <-h.ready:
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return ctx.Err()
 	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.pos, h.err
+	if h.err != nil && h.back != nil {
+		back := h.back
+		h.mu.Unlock()
+		select {
+		case <-back:
+		case <-ctx.Done():
+		case <-time.After(5 * time.Second):
+		}
+		h.mu.Lock()
+	}
+	if err := h.err; err != nil {
+		h.mu.Unlock()
+		return err
+	}
+	return nil
 }
 
 // follow calls fn with each live event of session after sequence after,

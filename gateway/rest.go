@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -45,7 +46,7 @@ func (g *Gateway) listSessions(w http.ResponseWriter, r *http.Request, c *Caller
 	// in one request.
 	var named []string
 	for _, id := range c.Sessions {
-		if c.SessionPrefix == "" || !strings.HasPrefix(id, c.SessionPrefix) {
+		if (c.SessionPrefix == "" || !strings.HasPrefix(id, c.SessionPrefix)) && !slices.Contains(named, id) {
 			named = append(named, id)
 		}
 	}

@@ -32,7 +32,11 @@ func (s *sse) write(frame []byte) error {
 	if s.err != nil {
 		return s.err
 	}
-	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	if !s.unsent {
+		// Set once a flush: a write that fills the server's buffer sends
+		// under it too.
+		_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	}
 	if _, err := s.w.Write(frame); err != nil {
 		return s.fail()
 	}

@@ -34,8 +34,8 @@ const (
 
 // SessionsRequest lists sessions whose ids start with Prefix (made of
 // [A-Za-z0-9_-]; empty for all), in id order, after the session After;
-// or, with IDs (at most MaxPageLimit, without Prefix and After), those of
-// the sessions named that exist, in the order named.
+// or, with IDs (at most MaxPageLimit, each once, without Prefix, After
+// and Limit), those of the sessions named that exist, in the order named.
 type SessionsRequest struct {
 	Prefix string   `json:"prefix,omitempty"`
 	After  string   `json:"after,omitempty"`
@@ -169,15 +169,20 @@ func (s *Server) sessions(ctx context.Context, data []byte) (any, error) {
 // a read of each.
 func (s *Server) namedSessions(ctx context.Context, req *SessionsRequest) (any, error) {
 	switch {
-	case req.Prefix != "" || req.After != "":
-		return nil, badRequest("ids: without prefix and after")
+	case req.Prefix != "" || req.After != "" || req.Limit != 0:
+		return nil, badRequest("ids: without prefix, after and limit")
 	case len(req.IDs) > MaxPageLimit:
 		return nil, badRequest("ids: %d, at most %d", len(req.IDs), MaxPageLimit)
 	}
+	seen := make(map[string]bool, len(req.IDs))
 	for _, id := range req.IDs {
 		if _, err := streams.Token(id); err != nil {
 			return nil, badRequest("ids: %v", err)
 		}
+		if seen[id] {
+			return nil, badRequest("ids: %.64q named twice", id)
+		}
+		seen[id] = true
 	}
 	if err := s.caughtUp(ctx); err != nil {
 		return nil, err

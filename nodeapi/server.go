@@ -200,6 +200,7 @@ func (s *Server) sessionHandler(endpoint string, handle func(context.Context, []
 			if json.Unmarshal(raw, &named) != nil || named != session {
 				return nil, badRequest("the request names another session than its subject's (%q)", session)
 			}
+			return handle(ctx, data) // it names its subject's: as it is
 		}
 		fields["session"], _ = json.Marshal(session)
 		data, _ = json.Marshal(fields)

@@ -587,8 +587,10 @@ func TestSessionsByID(t *testing.T) {
 	if err != nil || len(page.Sessions) != 2 || page.Sessions[0].Session != "s2" || page.Sessions[1].Session != "s1" {
 		t.Fatalf("by ids: %+v, %v", page, err)
 	}
-	if _, err := r.client.Sessions(r.ctx, nodeapi.SessionsRequest{IDs: []string{"s1"}, Prefix: "s"}); !errors.Is(err, nodeapi.ErrBadRequest) {
-		t.Errorf("ids with a prefix: %v", err)
+	for _, req := range []nodeapi.SessionsRequest{{IDs: []string{"s1"}, Prefix: "s"}, {IDs: []string{"s1"}, Limit: 5}, {IDs: []string{"s1", "s1"}}} {
+		if _, err := r.client.Sessions(r.ctx, req); !errors.Is(err, nodeapi.ErrBadRequest) {
+			t.Errorf("%+v: %v", req, err)
+		}
 	}
 	many := make([]string, nodeapi.MaxPageLimit+1)
 	for i := range many {

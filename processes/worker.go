@@ -127,8 +127,7 @@ func (c *cancelRequested) Is(target error) bool { return target == ErrCancelRequ
 
 // Causes that end an attempt's context.
 var (
-	errCancelRequested = ErrCancelRequested
-	errEndedElsewhere  = errors.New("processes: ended by another writer")
+	errEndedElsewhere = errors.New("processes: ended by another writer")
 	// errMoved: the log moved under a decision, and the facts it rested on
 	// with it; the process is looked at again. errMovedToEnd: it moved to the
 	// process's end, which the reader reports.
@@ -623,7 +622,7 @@ func (w *Worker) execute(ctx context.Context, run *Run) error {
 			}
 			return err
 		})
-	case errors.Is(cause, errCancelRequested):
+	case errors.Is(cause, ErrCancelRequested):
 		err = w.settle(ctx, func(wctx context.Context) error {
 			if err := run.Refresh(wctx); err != nil {
 				return err
