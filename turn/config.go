@@ -20,6 +20,8 @@ type Config struct {
 	// GracePrompt is the message that asks for a final answer once
 	// Limits.MaxIterations is reached. Empty takes DefaultGracePrompt.
 	GracePrompt string
+	// Mode says whether the model calls tools, runs programs, or both.
+	Mode Mode
 }
 
 // DefaultGracePrompt asks the model for an answer without more tool calls.
@@ -46,6 +48,9 @@ type Limits struct {
 	// provider may ask for (CallError.RetryAfter), so a server cannot park
 	// a turn for an hour. Default DefaultMaxBackoff (30s).
 	MaxBackoff time.Duration
+	// ProgramCalls caps the calls one program makes; past it the program
+	// ends failed. Default DefaultProgramCalls.
+	ProgramCalls int
 }
 
 // Default limits.
@@ -77,6 +82,9 @@ func (c Config) withDefaults() Config {
 	if c.Limits.MaxBackoff == 0 {
 		c.Limits.MaxBackoff = DefaultMaxBackoff
 	}
+	if c.Limits.ProgramCalls == 0 {
+		c.Limits.ProgramCalls = DefaultProgramCalls
+	}
 	if c.GracePrompt == "" {
 		c.GracePrompt = DefaultGracePrompt
 	}
@@ -97,6 +105,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("turn: config: MaxAttempts %d is negative", l.MaxAttempts)
 	case l.MaxBackoff < 0:
 		return fmt.Errorf("turn: config: MaxBackoff %v is negative", l.MaxBackoff)
+	case l.ProgramCalls < 0:
+		return fmt.Errorf("turn: config: ProgramCalls %d is negative", l.ProgramCalls)
+	case c.Mode > ModeCode:
+		return fmt.Errorf("turn: config: unknown mode %d", c.Mode)
 	case c.DecisionWait < 0:
 		return errors.New("turn: config: DecisionWait is negative")
 	}

@@ -93,6 +93,12 @@ func (h *harness) handle(t *testing.T, d *datadriven.TestData) string {
 		return h.deliver(EventResult{ID: h.id(d), TimedOut: d.HasArg("timeout"), Messages: msgs, Decisions: decs})
 	case "sleep-done":
 		return h.deliver(SleepDone{ID: h.id(d)})
+	case "exec":
+		return h.deliver(h.execResult(d))
+	case "children":
+		r := scriptOutcomes(d)
+		r.ID = h.id(d)
+		return h.deliver(r)
 	case "cancel":
 		return h.deliver(Cancel{ID: h.id(d), Reason: strings.TrimSpace(d.Input)})
 	case "state":
@@ -210,6 +216,10 @@ func scriptConfig(t *testing.T, d *datadriven.TestData) Config {
 			cfg.Limits.MaxAttempts = atoi(t, a.Vals[0])
 		case "max-backoff":
 			cfg.Limits.MaxBackoff = scanDuration(t, d, "max-backoff")
+		case "mode":
+			cfg.Mode = map[string]Mode{"tools": ModeTools, "both": ModeBoth, "code": ModeCode}[a.Vals[0]]
+		case "program-calls":
+			cfg.Limits.ProgramCalls = atoi(t, a.Vals[0])
 		case "decision-wait":
 			cfg.DecisionWait = time.Duration(atoi(t, a.Vals[0])) * time.Second
 		case "suspend":
@@ -398,6 +408,13 @@ func describeEffect(e Effect) string {
 			}
 			b.WriteByte('\n')
 		}
+	case *ExecCode:
+		fmt.Fprintf(&b, "effect %d exec-code %s key=%s known=%d hash=%s\n", h.ID, e.CallID, h.Key, len(e.Known), h.Hash.Short())
+	case *ProgramCalls:
+		fmt.Fprintf(&b, "effect %d program-calls %s key=%s hash=%s\n", h.ID, e.CallID, h.Key, h.Hash.Short())
+		for _, c := range e.Calls {
+			fmt.Fprintf(&b, "  #%d %s key=%s hash=%s\n", c.Call.Ordinal, describeProgramCall(c.Call), c.Key, c.Hash.Short())
+		}
 	case *Checkpoint:
 		fmt.Fprintf(&b, "effect %d checkpoint %s key=%s hash=%s\n", h.ID, e.At, h.Key, h.Hash.Short())
 	case *Sleep:
@@ -457,4 +474,64 @@ func describeState(m *Machine) string {
 		fmt.Fprintf(&b, "decided: %s\n", strings.Join(st.Decided, ","))
 	}
 	return b.String()
+}
+
+// execResult reads what a program did next: "tool NAME ARGS", "llm ARGS"
+// and "sleep ARGS" lines for its calls, numbered after the outstanding
+// ExecCode's known ones (or from=N), or "end ok|error OUTPUT".
+func (h *harness) execResult(d *datadriven.TestData) ExecResult {
+	r := ExecResult{ID: h.id(d)}
+	next := 0
+	if e, ok := h.m.Next().(*ExecCode); ok {
+		next = len(e.Known)
+	}
+	if d.HasArg("from") {
+		d.ScanArgs(h.t, "from", &next)
+	}
+	for _, line := range lines(d.Input) {
+		f := strings.SplitN(line, " ", 3)
+		switch f[0] {
+		case "end":
+			r.End = &ProgramEnd{Failed: f[1] == "error"}
+			if len(f) > 2 {
+				r.End.Output = f[2]
+			}
+		case "tool":
+			r.Calls = append(r.Calls, ProgramCall{Ordinal: next, Kind: ChildTool, Tool: f[1], Args: f[2]})
+			next++
+		case "llm", "sleep":
+			c := ProgramCall{Ordinal: next, Kind: map[string]ChildKind{"llm": ChildModel, "sleep": ChildSleep}[f[0]]}
+			c.Args = strings.TrimSpace(strings.TrimPrefix(line, f[0]))
+			r.Calls = append(r.Calls, c)
+			next++
+		default:
+			d.Fatalf(h.t, "unknown exec line %q", line)
+		}
+	}
+	return r
+}
+
+// scriptOutcomes reads a program's outcomes: "ok VALUE", "error MESSAGE",
+// "cancelled".
+func scriptOutcomes(d *datadriven.TestData) ProgramResults {
+	r := ProgramResults{ID: 0}
+	for _, line := range lines(d.Input) {
+		k, v, _ := strings.Cut(line, " ")
+		switch k {
+		case "ok":
+			r.Outcomes = append(r.Outcomes, ProgramOutcome{Status: ChildOK, Value: v})
+		case "error":
+			r.Outcomes = append(r.Outcomes, ProgramOutcome{Status: ChildFailed, Error: v})
+		case "cancelled":
+			r.Outcomes = append(r.Outcomes, ProgramOutcome{Status: ChildCancelled})
+		}
+	}
+	return r
+}
+
+func describeProgramCall(c ProgramCall) string {
+	if c.Kind == ChildTool {
+		return "tool " + c.Tool + " " + c.Args
+	}
+	return c.Kind.String() + " " + c.Args
 }

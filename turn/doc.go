@@ -1,8 +1,9 @@
 // Package turn is lash's agent turn as a pure state machine.
 //
 // A Machine never performs IO, reads a clock, draws randomness or starts a
-// goroutine. It yields effects (SyncTools, LLMCall, ToolCalls, Checkpoint,
-// Sleep, AwaitEvent; fire-and-forget Progress and Emit; finally Done) and is
+// goroutine. It yields effects (SyncTools, LLMCall, ToolCalls, ExecCode,
+// ProgramCalls, Checkpoint, Sleep, AwaitEvent; fire-and-forget Progress and
+// Emit; finally Done) and is
 // fed their results. Everything the turn learns from outside arrives as the
 // answer to an effect, so a driver that journals those answers can rebuild the
 // turn anywhere: given the same Config, Start and answers, a machine yields
@@ -88,6 +89,12 @@
 // appended and decisions resume or cancel suspended calls; a resumed call
 // either takes the decision's payload as its result or runs again in a new
 // batch, and skips BeforeTool because the decision is the verdict.
+//
+// In ModeCode and ModeBoth a call of ProgramTool runs a program after its
+// round's batch: ExecCode asks the driver to run it, and each call the
+// program makes comes back as a ProgramCalls effect whose calls have keys
+// of their own, derived from the program's origin and the call's ordinal
+// (program.go).
 //
 // The run is Waiting when every live call is suspended and nothing new has
 // arrived since the last inference; it leaves Waiting only when no call is

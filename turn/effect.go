@@ -26,19 +26,26 @@ const (
 	KindEmit
 	// KindToolCall names one call of a ToolCalls batch in replay keys.
 	KindToolCall
+	KindExecCode
+	KindProgramCalls
+	// KindProgramCall names one call a program made in replay keys.
+	KindProgramCall
 )
 
 var kindNames = [...]string{
-	KindSyncTools:  "sync-tools",
-	KindLLMCall:    "llm-call",
-	KindToolCalls:  "tool-calls",
-	KindCheckpoint: "checkpoint",
-	KindSleep:      "sleep",
-	KindAwaitEvent: "await-event",
-	KindDone:       "done",
-	KindProgress:   "progress",
-	KindEmit:       "emit",
-	KindToolCall:   "tool-call",
+	KindSyncTools:    "sync-tools",
+	KindLLMCall:      "llm-call",
+	KindToolCalls:    "tool-calls",
+	KindCheckpoint:   "checkpoint",
+	KindSleep:        "sleep",
+	KindAwaitEvent:   "await-event",
+	KindDone:         "done",
+	KindProgress:     "progress",
+	KindEmit:         "emit",
+	KindToolCall:     "tool-call",
+	KindExecCode:     "exec-code",
+	KindProgramCalls: "program-calls",
+	KindProgramCall:  "program-call",
 }
 
 func (k Kind) String() string {
@@ -96,8 +103,8 @@ type Head struct {
 }
 
 // Effect is one thing the machine asks its driver to do. The set is closed:
-// SyncTools, LLMCall, ToolCalls, Checkpoint, Sleep and AwaitEvent expect an
-// answer by id; Progress and Emit are fire-and-forget; Done ends the turn.
+// SyncTools, LLMCall, ToolCalls, ExecCode, ProgramCalls, Checkpoint, Sleep
+// and AwaitEvent expect an answer by id; Progress and Emit are fire-and-forget; Done ends the turn.
 type Effect interface {
 	Kind() Kind
 	// Head returns the id, key and hash; the zero Head for effects that
@@ -262,4 +269,11 @@ const (
 	EventDecisionIgnored  = "decision.ignored"
 	EventMessagesInjected = "messages.injected"
 	EventGraceIteration   = "iteration.grace"
+	// A program's run: started, each call it makes (CallID is the call's
+	// key, the program call's id and #ordinal), each outcome, its end.
+	EventProgramStarted = "program.started"
+	EventProgramCall    = "program.call"
+	EventProgramRefused = "program.refused"
+	EventProgramOutcome = "program.outcome"
+	EventProgramEnded   = "program.ended"
 )

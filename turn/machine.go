@@ -32,11 +32,14 @@ const (
 	phaseTools
 	phaseCheckpoint
 	phaseAwait
+	phaseExec
+	phaseChildren
 	phaseDone
 )
 
 var wantResult = [...]string{phaseSync: "ToolsSynced", phaseLLM: "LLMResult", phaseSleep: "SleepDone",
-	phaseTools: "ToolResults", phaseCheckpoint: "CheckpointResult", phaseAwait: "EventResult", phaseDone: "nothing"}
+	phaseTools: "ToolResults", phaseCheckpoint: "CheckpointResult", phaseAwait: "EventResult",
+	phaseExec: "ExecResult", phaseChildren: "ProgramResults", phaseDone: "nothing"}
 
 // callState tracks one tool call through its lifecycle.
 type callState struct {
@@ -51,6 +54,8 @@ type callState struct {
 	Ticket   Ticket      `msgpack:"t"`
 	Decision *Decision   `msgpack:"d,omitempty"`
 	Result   *ToolResult `msgpack:"r,omitempty"`
+	// Prog is a program call's run while it has not ended.
+	Prog *progState `msgpack:"pg,omitempty"`
 }
 
 // queued is a fire-and-forget effect not yet taken by Next.
@@ -84,12 +89,14 @@ type state struct {
 	HistoryDigest Digest      `msgpack:"hd"`
 	Tools         []ToolSpec  `msgpack:"tools"`
 	Calls         []callState `msgpack:"calls"`
-	Decided       []string    `msgpack:"dec"`
-	StartDecs     []Decision  `msgpack:"sdec"`
-	Events        []Event     `msgpack:"ev"`
-	SentMsgs      int         `msgpack:"sm"`
-	SentEvents    int         `msgpack:"se"`
-	Queue         []queued    `msgpack:"q"`
+	// ExecCall is the program call whose effects are outstanding.
+	ExecCall   string     `msgpack:"exc,omitempty"`
+	Decided    []string   `msgpack:"dec"`
+	StartDecs  []Decision `msgpack:"sdec"`
+	Events     []Event    `msgpack:"ev"`
+	SentMsgs   int        `msgpack:"sm"`
+	SentEvents int        `msgpack:"se"`
+	Queue      []queued   `msgpack:"q"`
 
 	Usage       Usage       `msgpack:"use"`
 	Failures    int         `msgpack:"fail"`
@@ -292,6 +299,22 @@ func (m *Machine) Deliver(r Result) error {
 			return err
 		}
 		m.onToolResults(fresh)
+	case ExecResult:
+		if st.Phase != phaseExec {
+			return wrong()
+		}
+		if err := m.checkExec(r); err != nil {
+			return err
+		}
+		m.onExec(r)
+	case ProgramResults:
+		if st.Phase != phaseChildren {
+			return wrong()
+		}
+		if err := m.checkChildren(r); err != nil {
+			return err
+		}
+		m.onChildren(r)
 	case CheckpointResult:
 		if st.Phase != phaseCheckpoint {
 			return wrong()
@@ -444,7 +467,7 @@ func (m *Machine) nextIteration() {
 	req := ModelRequest{Model: m.cfg.Model, Sampling: m.cfg.Sampling}
 	req.Messages = m.requestMessages()
 	if !st.Grace {
-		req.Tools = st.Tools
+		req.Tools = m.offered()
 	}
 	st.Request = &req
 	m.yield(phaseLLM)
@@ -589,11 +612,10 @@ func (m *Machine) gate(msgs []Message, decisions []Decision) bool {
 	for i := range st.Calls {
 		c := &st.Calls[i]
 		if c.Status == CallResuming {
-			c.Status, c.Round, c.Exec, c.Result = CallRunning, st.Round, true, nil
-			m.event(EventToolStarted, c.Call.ID, c.Call.Name)
+			m.run(c)
 		}
 	}
-	m.yield(phaseTools)
+	m.runRound()
 	return true
 }
 
@@ -601,7 +623,7 @@ func (m *Machine) gate(msgs []Message, decisions []Decision) bool {
 // not finished are cancelled and answered, and so is every suspended call.
 func (m *Machine) cancel(reason string) {
 	st := &m.st
-	if st.Phase == phaseTools {
+	if st.Phase == phaseTools || st.Phase == phaseExec || st.Phase == phaseChildren {
 		for i := range st.Calls {
 			c := &st.Calls[i]
 			if c.Round != st.Round {
@@ -611,10 +633,11 @@ func (m *Machine) cancel(reason string) {
 				c.Status, c.Result = CallCancelled, nil
 				m.event(EventToolCancelled, c.Call.ID, reason)
 			}
-			c.Exec = false
+			c.Exec, c.Prog = false, nil
 			m.answer(c)
 		}
 	}
+	st.ExecCall = ""
 	m.finish(Termination{Reason: Cancelled, Detail: reason})
 }
 
@@ -679,6 +702,10 @@ func (m *Machine) build() Effect {
 		return &Checkpoint{H: head(KindCheckpoint, checkpointHash(st.At)), At: st.At}
 	case phaseAwait:
 		return &AwaitEvent{H: head(KindAwaitEvent, canonicalHash(KindAwaitEvent, st.AwaitFor)), Name: "decisions", Timeout: st.AwaitFor}
+	case phaseExec:
+		return m.buildExec()
+	case phaseChildren:
+		return m.buildChildren()
 	case phaseTools:
 		e := &ToolCalls{}
 		hashes := make([]Hash, 0, 4)

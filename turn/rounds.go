@@ -82,13 +82,31 @@ func (m *Machine) startRound(calls []ToolCall) {
 			c.Ticket = g.Ticket
 			m.event(EventToolSuspended, call.ID, g.Ticket.Reason)
 		default:
-			c.Status = CallRunning
-			c.Exec = true
-			m.event(EventToolStarted, call.ID, call.Name)
+			m.run(&c)
 		}
 		st.Calls = append(st.Calls, c)
 	}
 	m.runRound()
+}
+
+// run marks a call to run in the current round: in its batch, or, for a
+// program, after it, one program at a time. A program call whose argument
+// is not a program fails here.
+func (m *Machine) run(c *callState) {
+	c.Status, c.Round, c.Result = CallRunning, m.st.Round, nil
+	if !m.isProgram(c.Call) {
+		c.Exec = true
+		m.event(EventToolStarted, c.Call.ID, c.Call.Name)
+		return
+	}
+	if _, err := programSource(c.Call.Arguments); err != nil {
+		c.Status = CallFailed
+		c.Result = &ToolResult{CallID: c.Call.ID, Status: ToolError, Output: err.Error()}
+		m.event(EventToolBlocked, c.Call.ID, err.Error())
+		return
+	}
+	c.Prog = &progState{}
+	m.event(EventToolStarted, c.Call.ID, c.Call.Name)
 }
 
 func (m *Machine) inCatalog(name string) bool {
@@ -100,8 +118,8 @@ func (m *Machine) inCatalog(name string) bool {
 	return false
 }
 
-// runRound yields the current round's batch, or closes the round at once
-// when no call of it needs to run.
+// runRound yields the current round's batch, or its programs, or closes
+// the round at once when no call of it needs to run.
 func (m *Machine) runRound() {
 	for _, c := range m.st.Calls {
 		if c.Round == m.st.Round && c.Exec {
@@ -109,7 +127,7 @@ func (m *Machine) runRound() {
 			return
 		}
 	}
-	m.closeRound()
+	m.nextProgram()
 }
 
 // checkToolResults validates a delivery against the outstanding batch and
@@ -164,7 +182,10 @@ func (m *Machine) onToolResults(results []ToolResult) {
 			return
 		}
 	}
-	m.closeRound()
+	for i := range st.Calls {
+		st.Calls[i].Exec = false // the batch is over
+	}
+	m.nextProgram()
 }
 
 // closeRound answers every call of the round in the conversation, in the

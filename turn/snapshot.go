@@ -174,6 +174,12 @@ func (st *state) check() error {
 		if c.Result != nil && (c.Result.CallID != c.Call.ID || c.Result.Status < ToolOK || c.Result.Status > ToolPending) {
 			return fmt.Errorf("call %q has a malformed result", c.Call.ID)
 		}
+		if err := c.checkProgram(); err != nil {
+			return err
+		}
+	}
+	if err := st.checkExec(); err != nil {
+		return err
 	}
 	switch st.Phase {
 	case phaseLLM:

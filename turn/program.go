@@ -1,0 +1,487 @@
+package turn
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+)
+
+// Programs: in ModeCode and ModeBoth the model may call ProgramTool with a
+// program, which the driver runs (package codemode) and which makes calls
+// of its own: tools, the model, sleeps. The machine mediates each of those
+// calls as a child effect with its own replay key, derived from the
+// program's origin key and the call's ordinal, so a driver journals and
+// replays them as it does tool calls. A program's run is not kept: after a
+// crash or a restore the driver runs it again from its start, and every
+// call it makes answers from the outcomes the machine holds (ExecCode.Known)
+// or from the journal.
+//
+// The exchange for one program call:
+//
+//	ExecCode{Known: outcomes so far} -> ExecResult{Calls} | ExecResult{End}
+//	ProgramCalls{children}           -> ProgramResults{outcomes}
+//	ExecCode{Known: one more batch}  -> ...
+//
+// A driver that keeps the program running between them feeds it the new
+// outcomes; one that starts it again (after a crash) answers its first
+// len(Known) calls from Known.
+
+// ProgramTool is the tool whose one argument, "program", is a program. The
+// driver offers it in its ToolsSynced answer, described with the tools a
+// program may call.
+const ProgramTool = "run_program"
+
+// Mode says how a turn's model acts.
+type Mode uint8
+
+const (
+	// ModeTools: the model calls tools. ProgramTool is an ordinary tool
+	// name.
+	ModeTools Mode = iota
+	// ModeBoth: the model calls tools, and ProgramTool runs a program.
+	ModeBoth
+	// ModeCode: the model is offered ProgramTool alone; its programs call
+	// the other tools.
+	ModeCode
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ModeTools:
+		return "tools"
+	case ModeBoth:
+		return "both"
+	case ModeCode:
+		return "code"
+	}
+	return fmt.Sprintf("mode(%d)", uint8(m))
+}
+
+// DefaultProgramCalls is Limits.ProgramCalls's default.
+const DefaultProgramCalls = 1000
+
+// ChildKind is what a program's call asks for.
+type ChildKind uint8
+
+const (
+	// ChildTool calls the tool ProgramCall.Tool with ProgramCall.Args.
+	ChildTool ChildKind = iota + 1
+	// ChildModel calls the model with ProgramCall.Args ({"prompt": ...}).
+	ChildModel
+	// ChildSleep sleeps, durably, for ProgramCall.Args ({"seconds": ...}).
+	ChildSleep
+)
+
+func (k ChildKind) String() string {
+	switch k {
+	case ChildTool:
+		return "tool"
+	case ChildModel:
+		return "llm"
+	case ChildSleep:
+		return "sleep"
+	}
+	return fmt.Sprintf("child(%d)", uint8(k))
+}
+
+// ProgramCall is one call a program made, at its ordinal: its place in the
+// order the program makes its calls, from 0.
+type ProgramCall struct {
+	Ordinal int       `msgpack:"o"`
+	Kind    ChildKind `msgpack:"k"`
+	Tool    string    `msgpack:"t,omitempty"`
+	// Args is a JSON object.
+	Args string `msgpack:"a,omitempty"`
+}
+
+// ChildStatus is how a program's call came back.
+type ChildStatus uint8
+
+const (
+	ChildOK ChildStatus = iota + 1
+	ChildFailed
+	// ChildCancelled: a sibling in its fan-out stopped it.
+	ChildCancelled
+)
+
+// ProgramOutcome is what one call of a program came to: a JSON value when
+// OK, an error message when failed.
+type ProgramOutcome struct {
+	Status ChildStatus `msgpack:"s"`
+	Value  string      `msgpack:"v,omitempty"`
+	Error  string      `msgpack:"e,omitempty"`
+}
+
+// ProgramChild is a call with its outcome, nil while it is outstanding.
+type ProgramChild struct {
+	Call    ProgramCall     `msgpack:"c"`
+	Outcome *ProgramOutcome `msgpack:"r,omitempty"`
+}
+
+// ProgramEnd is how a program ended, as the model reads it: the result of
+// its ProgramTool call.
+type ProgramEnd struct {
+	Output string
+	// Failed: the program failed (its error, a bound it passed).
+	Failed bool
+}
+
+// ExecCode asks the driver to run the program of call CallID. Its first
+// len(Known) calls have the outcomes in Known; the driver answers with the
+// calls it makes after them, or with its end. H.Key is the program's
+// origin, the same for every ExecCode of one program, in this turn and in
+// a later one that resumes it: a driver journals the program's end under
+// it, so that a replay need not run the program at all.
+type ExecCode struct {
+	H       Head
+	CallID  string
+	Program string
+	Known   []ProgramChild
+}
+
+// ChildCall is one call of ProgramCalls, with its own key and hash.
+type ChildCall struct {
+	Call ProgramCall
+	Key  ReplayKey
+	Hash Hash
+}
+
+// ProgramCalls asks for the calls a program made at once (several in a
+// fan-out), each a durable effect of its own; the driver answers every one.
+type ProgramCalls struct {
+	H      Head
+	CallID string
+	Calls  []ChildCall
+}
+
+func (e *ExecCode) Kind() Kind     { return KindExecCode }
+func (e *ProgramCalls) Kind() Kind { return KindProgramCalls }
+func (e *ExecCode) Head() Head     { return e.H }
+func (e *ProgramCalls) Head() Head { return e.H }
+func (*ExecCode) isEffect()        {}
+func (*ProgramCalls) isEffect()    {}
+
+// ExecResult answers ExecCode: the calls the program made next (all of a
+// fan-out at once), with ordinals following Known, or its End.
+type ExecResult struct {
+	ID    EffectID
+	Calls []ProgramCall
+	End   *ProgramEnd
+}
+
+// ProgramResults answers ProgramCalls: one outcome per call, in order.
+type ProgramResults struct {
+	ID       EffectID
+	Outcomes []ProgramOutcome
+}
+
+func (r ExecResult) Answers() EffectID     { return r.ID }
+func (r ProgramResults) Answers() EffectID { return r.ID }
+func (ExecResult) isResult()               {}
+func (ProgramResults) isResult()           {}
+
+// progState is a program call's run so far.
+type progState struct {
+	Origin   ReplayKey      `msgpack:"o"`
+	Children []ProgramChild `msgpack:"k,omitempty"`
+}
+
+// ChildKey is the replay key of the call at ordinal of the program whose
+// origin is origin.
+func ChildKey(origin ReplayKey, ordinal int) ReplayKey {
+	k := origin
+	k.Kind = KindProgramCall
+	k.Call = origin.Call + "#" + strconv.Itoa(ordinal)
+	return k
+}
+
+// ChildHash is the request hash of a program's call.
+func ChildHash(c ProgramCall) Hash { return canonicalHash(KindProgramCall, &c) }
+
+// ProgramHash is the request hash of a program: what its end is recorded
+// against.
+func ProgramHash(program string) Hash { return canonicalHash(KindExecCode, program) }
+
+// programSource reads a ProgramTool call's argument.
+func programSource(args string) (string, error) {
+	var a struct {
+		Program *string `json:"program"`
+	}
+	if err := json.Unmarshal([]byte(args), &a); err != nil || a.Program == nil {
+		return "", fmt.Errorf(`%s takes {"program": "<Starlark source>"}`, ProgramTool)
+	}
+	return *a.Program, nil
+}
+
+// isProgram says whether a call the model made runs a program.
+func (m *Machine) isProgram(call ToolCall) bool {
+	return m.cfg.Mode != ModeTools && call.Name == ProgramTool
+}
+
+// offered is the catalog as the model sees it.
+func (m *Machine) offered() []ToolSpec {
+	if m.cfg.Mode != ModeCode {
+		return m.st.Tools
+	}
+	for i, t := range m.st.Tools {
+		if t.Name == ProgramTool {
+			return m.st.Tools[i : i+1 : i+1]
+		}
+	}
+	return nil
+}
+
+// nextProgram runs the first program call of the round that has not
+// ended, or closes the round when none is left.
+func (m *Machine) nextProgram() {
+	st := &m.st
+	for i := range st.Calls {
+		c := &st.Calls[i]
+		if c.Round != st.Round || c.Prog == nil || c.Status != CallRunning {
+			continue
+		}
+		if c.Prog.Origin.Turn == "" {
+			c.Prog.Origin = ReplayKey{Session: st.Session, Turn: st.Turn, Iteration: st.Iteration, Kind: KindExecCode,
+				Effect: st.NextID, Call: c.Call.ID}
+			m.event(EventProgramStarted, c.Call.ID, "")
+		}
+		st.ExecCall = c.Call.ID
+		m.yield(phaseExec)
+		return
+	}
+	st.ExecCall = ""
+	m.closeRound()
+}
+
+func (m *Machine) execCall() *callState {
+	if i := m.findCall(m.st.ExecCall); i >= 0 {
+		return &m.st.Calls[i]
+	}
+	return nil
+}
+
+// checkExec validates an ExecResult against the running program.
+func (m *Machine) checkExec(r ExecResult) error {
+	if (r.End == nil) == (len(r.Calls) == 0) {
+		return fmt.Errorf("%w: ExecResult needs exactly one of Calls and End", ErrInvalidResult)
+	}
+	next := len(m.execCall().Prog.Children)
+	for i, c := range r.Calls {
+		if c.Ordinal != next+i {
+			return fmt.Errorf("%w: program call %d has ordinal %d, want %d", ErrInvalidResult, i, c.Ordinal, next+i)
+		}
+		if c.Kind < ChildTool || c.Kind > ChildSleep {
+			return fmt.Errorf("%w: program call %d has unknown kind %d", ErrInvalidResult, c.Ordinal, c.Kind)
+		}
+	}
+	return nil
+}
+
+func (m *Machine) onExec(r ExecResult) {
+	c := m.execCall()
+	if r.End != nil {
+		m.endProgram(c, *r.End)
+		return
+	}
+	if limit := m.cfg.Limits.ProgramCalls; len(c.Prog.Children)+len(r.Calls) > limit {
+		m.endProgram(c, ProgramEnd{Failed: true, Output: fmt.Sprintf("the program made more than %d calls", limit)})
+		return
+	}
+	asked := 0
+	for _, call := range r.Calls {
+		ch := ProgramChild{Call: call}
+		id := ChildKey(c.Prog.Origin, call.Ordinal).Call
+		if why := m.refuseChild(call); why != "" {
+			ch.Outcome = &ProgramOutcome{Status: ChildFailed, Error: why}
+			m.event(EventProgramRefused, id, why)
+		} else {
+			asked++
+			m.event(EventProgramCall, id, describeChild(call))
+		}
+		c.Prog.Children = append(c.Prog.Children, ch)
+	}
+	if asked == 0 {
+		m.yield(phaseExec)
+		return
+	}
+	m.yield(phaseChildren)
+}
+
+// refuseChild says why a program's call cannot run, or "".
+func (m *Machine) refuseChild(c ProgramCall) string {
+	if c.Kind != ChildTool {
+		return ""
+	}
+	if c.Tool == ProgramTool || !m.inCatalog(c.Tool) {
+		return fmt.Sprintf("unknown tool %q", c.Tool)
+	}
+	return ""
+}
+
+func describeChild(c ProgramCall) string {
+	if c.Kind == ChildTool {
+		return c.Tool
+	}
+	return c.Kind.String()
+}
+
+// checkChildren validates a ProgramResults against the outstanding calls.
+func (m *Machine) checkChildren(r ProgramResults) error {
+	want := 0
+	for _, ch := range m.execCall().Prog.Children {
+		if ch.Outcome == nil {
+			want++
+		}
+	}
+	if len(r.Outcomes) != want {
+		return fmt.Errorf("%w: %d outcomes for %d program calls", ErrInvalidResult, len(r.Outcomes), want)
+	}
+	for i, o := range r.Outcomes {
+		if o.Status < ChildOK || o.Status > ChildCancelled {
+			return fmt.Errorf("%w: program outcome %d has unknown status %d", ErrInvalidResult, i, o.Status)
+		}
+	}
+	return nil
+}
+
+func (m *Machine) onChildren(r ProgramResults) {
+	c := m.execCall()
+	j := 0
+	for i := range c.Prog.Children {
+		ch := &c.Prog.Children[i]
+		if ch.Outcome != nil {
+			continue
+		}
+		o := r.Outcomes[j]
+		j++
+		ch.Outcome = &o
+		m.event(EventProgramOutcome, ChildKey(c.Prog.Origin, ch.Call.Ordinal).Call, o.Status.String())
+	}
+	m.yield(phaseExec)
+}
+
+func (s ChildStatus) String() string {
+	switch s {
+	case ChildOK:
+		return "ok"
+	case ChildFailed:
+		return "error"
+	case ChildCancelled:
+		return "cancelled"
+	}
+	return fmt.Sprintf("status(%d)", uint8(s))
+}
+
+// endProgram makes a program's end its call's result, and runs the next.
+func (m *Machine) endProgram(c *callState, end ProgramEnd) {
+	res := ToolResult{CallID: c.Call.ID, Status: ToolOK, Output: end.Output}
+	c.Status = CallSucceeded
+	if end.Failed {
+		res.Status, c.Status = ToolError, CallFailed
+	}
+	c.Result, c.Prog = &res, nil
+	m.event(EventProgramEnded, c.Call.ID, res.Status.String())
+	m.nextProgram()
+}
+
+func (s ToolStatus) String() string {
+	switch s {
+	case ToolOK:
+		return "ok"
+	case ToolError:
+		return "error"
+	case ToolPending:
+		return "pending"
+	}
+	return fmt.Sprintf("status(%d)", uint8(s))
+}
+
+// buildExec and buildChildren make the outstanding program effect.
+func (m *Machine) buildExec() Effect {
+	c := m.execCall()
+	src, _ := programSource(c.Call.Arguments) // checked as the round began
+	h := Head{ID: m.st.Out, Key: c.Prog.Origin, Hash: ProgramHash(src)}
+	return &ExecCode{H: h, CallID: c.Call.ID, Program: src, Known: c.Prog.Children}
+}
+
+func (m *Machine) buildChildren() Effect {
+	st := &m.st
+	c := m.execCall()
+	e := &ProgramCalls{CallID: c.Call.ID}
+	hashes := make([]Hash, 0, 4)
+	for _, ch := range c.Prog.Children {
+		if ch.Outcome != nil {
+			continue
+		}
+		h := ChildHash(ch.Call)
+		e.Calls = append(e.Calls, ChildCall{Call: ch.Call, Key: ChildKey(c.Prog.Origin, ch.Call.Ordinal), Hash: h})
+		hashes = append(hashes, h)
+	}
+	e.H = Head{ID: st.Out, Key: ReplayKey{Session: st.Session, Turn: st.Turn, Iteration: st.OutIter, Kind: KindProgramCalls,
+		Effect: st.Out}, Hash: callsHash(hashes)}
+	return e
+}
+
+// checkProgram verifies a call's program state.
+func (c *callState) checkProgram() error {
+	p := c.Prog
+	if p == nil {
+		return nil
+	}
+	if c.Status != CallRunning || c.Exec {
+		return fmt.Errorf("call %q keeps a program's run while %s", c.Call.ID, c.Status)
+	}
+	if len(p.Children) > maxCount {
+		return fmt.Errorf("program %q made too many calls", c.Call.ID)
+	}
+	open := false
+	for i, ch := range p.Children {
+		switch {
+		case ch.Call.Ordinal != i || ch.Call.Kind < ChildTool || ch.Call.Kind > ChildSleep:
+			return fmt.Errorf("program %q has call %d with ordinal %d and kind %d", c.Call.ID, i, ch.Call.Ordinal, ch.Call.Kind)
+		case ch.Outcome == nil:
+			open = true
+		case ch.Outcome.Status < ChildOK || ch.Outcome.Status > ChildCancelled:
+			return fmt.Errorf("program %q has call %d with outcome status %d", c.Call.ID, i, ch.Outcome.Status)
+		case open:
+			return fmt.Errorf("program %q has an outcome after an outstanding call", c.Call.ID)
+		}
+	}
+	if p.Origin.Turn != "" && (p.Origin.Kind != KindExecCode || p.Origin.Call != c.Call.ID) {
+		return fmt.Errorf("program %q has origin %s", c.Call.ID, p.Origin)
+	}
+	return nil
+}
+
+// checkExec verifies that a program's effect is outstanding only with its
+// program call running.
+func (st *state) checkExec() error {
+	if st.Phase != phaseExec && st.Phase != phaseChildren {
+		if st.ExecCall != "" {
+			return fmt.Errorf("program %q runs outside its phases", st.ExecCall)
+		}
+		return nil
+	}
+	var c *callState
+	for i := range st.Calls {
+		if st.Calls[i].Call.ID == st.ExecCall {
+			c = &st.Calls[i]
+		}
+	}
+	if c == nil || c.Prog == nil || c.Round != st.Round || c.Prog.Origin.Turn == "" {
+		return fmt.Errorf("no running program call %q", st.ExecCall)
+	}
+	if _, err := programSource(c.Call.Arguments); err != nil {
+		return fmt.Errorf("program call %q: %v", st.ExecCall, err)
+	}
+	open := 0
+	for _, ch := range c.Prog.Children {
+		if ch.Outcome == nil {
+			open++
+		}
+	}
+	if (st.Phase == phaseChildren) != (open > 0) {
+		return fmt.Errorf("program %q has %d outstanding calls in phase %d", st.ExecCall, open, st.Phase)
+	}
+	return nil
+}
