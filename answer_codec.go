@@ -10,8 +10,8 @@ import (
 // syncs, model calls and tool calls, with the checkpoint's answer they
 // carry when it found nothing, are written by hand
 // (TestAnswerEncodesAsMsgpack): they are most records, and reflection was
-// most of their cost. The rest (messages, decisions, inputs) go through
-// msgpack.
+// most of their cost. The rest (messages, decisions, inputs, a program's
+// end) go through msgpack.
 func encodeAnswer(a *answer) ([]byte, error) {
 	if b, ok := a.append(make([]byte, 0, 128+len(a.Request))); ok {
 		return b, nil
@@ -25,7 +25,7 @@ func encodeAnswer(a *answer) ([]byte, error) {
 // uses it as it is, without decoding the record, after asNil.
 func (a *answer) plain() bool {
 	for ; a != nil; a = a.Next {
-		if len(a.Messages) > 0 || len(a.Decisions) > 0 || len(a.Refused) > 0 || len(a.Inputs) > 0 {
+		if len(a.Messages) > 0 || len(a.Decisions) > 0 || len(a.Refused) > 0 || len(a.Inputs) > 0 || a.End != nil {
 			return false
 		}
 	}
@@ -52,7 +52,7 @@ func nilIfEmpty[S ~[]E, E any](s S) S {
 
 // append appends a, or says it holds a field it does not write.
 func (a *answer) append(b []byte) ([]byte, bool) {
-	if len(a.Messages) > 0 || len(a.Decisions) > 0 || len(a.Refused) > 0 || len(a.Inputs) > 0 {
+	if len(a.Messages) > 0 || len(a.Decisions) > 0 || len(a.Refused) > 0 || len(a.Inputs) > 0 || a.End != nil {
 		return nil, false
 	}
 	b = pack.Map(b, pack.Count(len(a.Tools) > 0, a.Response != nil, a.CallErr != nil, a.Result != nil, a.TimedOut, a.Cursor != 0,

@@ -3,6 +3,7 @@ package lash_test
 import (
 	"context"
 	"fmt"
+	"github.com/lash-run/lash/codemode"
 	"os"
 	"testing"
 
@@ -16,9 +17,10 @@ import (
 // the same run; b.N only sets how many samples each takes. lash-bench runs
 // the same with larger counts (README, "Performance").
 
-// TestMain runs BenchmarkClientAPI's clients when this binary is started
-// again as their process.
+// TestMain runs BenchmarkClientAPI's clients, or a program's sandbox,
+// when this binary is started again as their process.
 func TestMain(m *testing.M) {
+	codemode.ServeChild()
 	bench.RunClient()
 	os.Exit(m.Run())
 }

@@ -64,6 +64,10 @@ type drive struct {
 	live string
 	// render renders the requests the run records.
 	render renderer
+	// tools is the catalog the turn synced; prog, the program running
+	// between its effects.
+	tools []turn.ToolSpec
+	prog  *progRun
 }
 
 func (d *drive) st() *state { return d.state }
@@ -107,6 +111,7 @@ func (d *drive) run(ctx context.Context, st *state, in Input, recs []*effectlog.
 	}
 	d.interrupt = d.watch(st)
 	defer d.interrupt.stop()
+	defer d.stopProgram()
 	cancelNow := in.Cancel
 	for {
 		switch e := m.Next().(type) {
@@ -118,7 +123,28 @@ func (d *drive) run(ctx context.Context, st *state, in Input, recs []*effectlog.
 			d.publish(live.Notice(e.Event))
 		case *turn.Done:
 			return e.Outcome, nil
+		case *turn.ExecCode:
+			r, err := d.exec(ctx, e)
+			if err != nil {
+				return turn.Outcome{}, err
+			}
+			if err := m.Deliver(r); err != nil {
+				return turn.Outcome{}, terminal(FailInvalidResult, err)
+			}
+		case *turn.ProgramCalls:
+			outs, cancel, err := d.programCalls(ctx, e)
+			if err != nil {
+				return turn.Outcome{}, err
+			}
+			var r turn.Result = turn.ProgramResults{ID: e.H.ID, Outcomes: outs}
+			if cancel != nil {
+				r = turn.Cancel{ID: e.H.ID, Reason: *cancel}
+			}
+			if err := m.Deliver(r); err != nil {
+				return turn.Outcome{}, terminal(FailInvalidResult, err)
+			}
 		case *turn.ToolCalls:
+			d.stopProgram()
 			results, cancel, err := d.toolCalls(ctx, e)
 			if err != nil {
 				return turn.Outcome{}, err
@@ -140,9 +166,13 @@ func (d *drive) run(ctx context.Context, st *state, in Input, recs []*effectlog.
 				cancelNow = false
 				e = cancelled{e, "cancelled by input"}
 			}
+			d.stopProgram()
 			ectx, span := d.effectSpan(ctx, e.Kind(), e.Head().ID)
 			replayed := d.replayed
 			r, err := d.effect(ectx, e)
+			if synced, ok := r.(turn.ToolsSynced); ok {
+				d.tools = synced.Tools
+			}
 			span.SetAttributes(attrReplayed.Bool(d.replayed > replayed))
 			endSpan(span, err)
 			if err != nil {
@@ -328,7 +358,7 @@ func (d *drive) perform(ctx context.Context, e turn.Effect) (*answer, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &answer{Tools: d.p.offer(specs)}, nil
+		return &answer{Tools: offerPrograms(d.p.config.Mode, d.p.offer(specs))}, nil
 	case *turn.LLMCall:
 		ectx, done := d.interrupt.begin(ctx)
 		// Streamed: watchers see the answer as it comes. Only an executed

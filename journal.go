@@ -54,6 +54,8 @@ type answer struct {
 	// with it: a round costs one write less, and as the answer lives in
 	// the only record its effect can have, no run finds another one.
 	Next *answer `msgpack:"next,omitempty"`
+	// End is a program's end (turn.ExecCode), recorded under its origin.
+	End *programEnd `msgpack:"end,omitempty"`
 }
 
 // answersNext says whether the record of a model answer carries the

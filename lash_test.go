@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -177,6 +178,10 @@ func TestCrashAtEveryBoundaryOneCall(t *testing.T) { crashMatrix(t, newRig, oneC
 type matrix struct {
 	script, text string
 	at           []string
+	// opts are the nodes' options; calls names the city each tool call
+	// (by its key's call) asks for, when not the three calls'.
+	opts  []Option
+	calls map[string]string
 }
 
 var (
@@ -184,9 +189,9 @@ var (
 	// 2 llm-call, 3 the tool batch, 4 checkpoint, 5 llm-call, 6 checkpoint
 	// (answered in the record of 5).
 	threeCalls = matrix{weatherScript, "Weather in Oslo, Lima and Pune?",
-		[]string{"sync-tools 1", "llm-call 2", "tool call_1", "tool call_2", "tool call_3", "checkpoint 4", "llm-call 5"}}
+		[]string{"sync-tools 1", "llm-call 2", "tool call_1", "tool call_2", "tool call_3", "checkpoint 4", "llm-call 5"}, nil, nil}
 	// The same with one call: 4 is answered in the call's record.
-	oneCall = matrix{injectScript, "Weather in Oslo?", []string{"sync-tools 1", "llm-call 2", "tool call_1", "llm-call 5"}}
+	oneCall = matrix{injectScript, "Weather in Oslo?", []string{"sync-tools 1", "llm-call 2", "tool call_1", "llm-call 5"}, nil, nil}
 )
 
 // The same on a 3-node cluster with R3 streams.
@@ -214,7 +219,7 @@ func crashMatrix(t *testing.T, newRig func(*testing.T) *rig, m matrix) {
 			// The crash: the connection drops and the driver stops there;
 			// nothing after the boundary reaches the server, not even the
 			// lease release, so the second node waits out the TTL.
-			first := r.nodeOn(conn, "first", withBoundary(func(name string) error {
+			first := r.nodeOn(conn, "first", append(slices.Clip(m.opts), withBoundary(func(name string) error {
 				if name == b {
 					hit := false
 					once.Do(func() { hit = true })
@@ -225,7 +230,7 @@ func crashMatrix(t *testing.T, newRig func(*testing.T) *rig, m matrix) {
 					}
 				}
 				return nil
-			}))
+			}))...)
 			s := first.Session("s1")
 			if _, _, err := s.Send(r.ctx, "k1", Input{Text: m.text}); err != nil {
 				t.Fatal(err)
@@ -235,7 +240,7 @@ func crashMatrix(t *testing.T, newRig func(*testing.T) *rig, m matrix) {
 			}
 			// The first node is gone: its connection and liveness too.
 			first.Close(context.Background())
-			second := r.node("second")
+			second := r.node("second", m.opts...)
 			runUntilFree(t, second.Session("s1"))
 			tr, err := second.Session("s1").Transcript(r.ctx)
 			if err != nil {
@@ -261,8 +266,11 @@ func crashMatrix(t *testing.T, newRig func(*testing.T) *rig, m matrix) {
 				t.Fatal(err)
 			}
 			city := map[string]string{"call_1": "Oslo", "call_2": "Lima", "call_3": "Pune"}
+			if m.calls != nil {
+				city = m.calls
+			}
 			for _, rec := range recs {
-				if rec.Key.Kind != turn.KindToolCall {
+				if rec.Key.Kind != turn.KindToolCall && rec.Key.Kind != turn.KindProgramCall || city[rec.Key.Call] == "" {
 					continue
 				}
 				runs := r.runs.runs[city[rec.Key.Call]]
@@ -284,7 +292,7 @@ func crashFreeTranscript(t *testing.T, m matrix) []turn.Message {
 	}
 	r := newRig(t)
 	r.models = testenv.RunModelServer(t, scripted.MustParse(m.script))
-	s := r.node("clean").Session("s1")
+	s := r.node("clean", m.opts...).Session("s1")
 	if _, _, err := s.Send(r.ctx, "k1", Input{Text: m.text}); err != nil {
 		t.Fatal(err)
 	}

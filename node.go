@@ -74,6 +74,8 @@ type options struct {
 	// leaseStore, if set, wraps the store of the node's leases and
 	// liveness (tests make beats fail there).
 	leaseStore func(leases.Store) leases.Store
+	// inProcessPrograms: WithInProcessPrograms.
+	inProcessPrograms bool
 }
 
 // WithConn uses an existing NATS connection.
@@ -144,6 +146,7 @@ type Node struct {
 	journal  *effectlog.Journal
 	leases   *leases.Manager
 	runner   *tools.Runner
+	programs *programs
 	owner    leases.Owner
 	runName  string
 	proj     *projector.Projector
@@ -229,6 +232,7 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 	if o.stateCache != nil {
 		n.states = newStates(*o.stateCache, o.stateBytes)
 	}
+	n.programs = &programs{inProcess: o.inProcessPrograms}
 	n.halt, n.end = context.WithCancel(context.Background())
 	if n.nc == nil {
 		if o.storeDir == "" {
@@ -496,6 +500,7 @@ func (n *Node) Close(ctx context.Context) error {
 	n.end()
 	n.snapWrites.Wait()
 	n.wakers.Wait()
+	n.programs.sandbox.Close()
 	_ = n.gone.Unsubscribe()
 	n.stop()
 	n.beats.Wait()

@@ -57,6 +57,11 @@ type Settings struct {
 	// from the agent's turns, and how deep.
 	SubAgents     []string `json:"sub_agents,omitempty"`
 	SubAgentDepth int      `json:"sub_agent_depth,omitempty"`
+	// Mode is how the model acts: "" (tools), "both" (tools and
+	// run_program) or "code" (run_program alone); ProgramCalls bounds a
+	// program's calls (turn.Limits.ProgramCalls).
+	Mode         string `json:"mode,omitempty"`
+	ProgramCalls int    `json:"program_calls,omitempty"`
 }
 
 // WithSettingsLabel names the code behind the machine's hooks and backoff,
@@ -80,12 +85,16 @@ func SettingsOf(c turn.Config, label string) Settings {
 	if grace == "" {
 		grace = turn.DefaultGracePrompt
 	}
-	return Settings{Model: c.Model, System: c.System, Temperature: c.Sampling.Temperature, TopP: c.Sampling.TopP,
+	s := Settings{Model: c.Model, System: c.System, Temperature: c.Sampling.Temperature, TopP: c.Sampling.TopP,
 		MaxTokens: c.Sampling.MaxTokens, Stop: c.Sampling.Stop,
 		MaxIterations: or(l.MaxIterations, turn.DefaultMaxIterations), TokenBudget: l.TokenBudget,
 		MaxToolFailures: l.MaxToolFailures, MaxAttempts: or(l.MaxAttempts, turn.DefaultMaxAttempts),
 		MaxBackoff: backoff.String(), DecisionWait: c.DecisionWait.String(), GracePrompt: grace, Label: label,
 		Hashing: turn.RequestHashing, Journal: JournalVersion}
+	if c.Mode != turn.ModeTools {
+		s.Mode, s.ProgramCalls = c.Mode.String(), or(l.ProgramCalls, turn.DefaultProgramCalls)
+	}
+	return s
 }
 
 // Config is the machine configuration the settings describe; hooks and a
@@ -102,10 +111,28 @@ func (s Settings) Config() (turn.Config, error) {
 	if err != nil {
 		return turn.Config{}, fmt.Errorf("lash: settings: decision_wait: %w", err)
 	}
-	return turn.Config{Model: s.Model, System: s.System, DecisionWait: wait, GracePrompt: s.GracePrompt,
+	mode, err := ParseMode(s.Mode)
+	if err != nil {
+		return turn.Config{}, fmt.Errorf("lash: settings: %w", err)
+	}
+	return turn.Config{Model: s.Model, System: s.System, DecisionWait: wait, GracePrompt: s.GracePrompt, Mode: mode,
 		Sampling: turn.Sampling{Temperature: s.Temperature, TopP: s.TopP, MaxTokens: s.MaxTokens, Stop: s.Stop},
 		Limits: turn.Limits{MaxIterations: s.MaxIterations, TokenBudget: s.TokenBudget, MaxToolFailures: s.MaxToolFailures,
-			MaxAttempts: s.MaxAttempts, MaxBackoff: backoff}}, nil
+			MaxAttempts: s.MaxAttempts, MaxBackoff: backoff, ProgramCalls: s.ProgramCalls}}, nil
+}
+
+// ParseMode reads a mode as settings and flags name it: "tools" (or ""),
+// "both" or "code".
+func ParseMode(s string) (turn.Mode, error) {
+	for _, m := range []turn.Mode{turn.ModeTools, turn.ModeBoth, turn.ModeCode} {
+		if s == m.String() {
+			return m, nil
+		}
+	}
+	if s == "" {
+		return turn.ModeTools, nil
+	}
+	return 0, fmt.Errorf("%w: mode %q: want tools, both or code", ErrBadInput, s)
 }
 
 // nodeSettings are a node's settings, encoded and fingerprinted once.

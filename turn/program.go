@@ -126,7 +126,8 @@ type ProgramEnd struct {
 	Failed bool
 }
 
-// ExecCode asks the driver to run the program of call CallID. Its first
+// ExecCode asks the driver to run the program of call CallID. Every
+// ExecCode and ProgramCalls of one program has the id of its first. Its first
 // len(Known) calls have the outcomes in Known; the driver answers with the
 // calls it makes after them, or with its end. H.Key is the program's
 // origin, the same for every ExecCode of one program, in this turn and in
@@ -231,6 +232,16 @@ func (m *Machine) offered() []ToolSpec {
 	return nil
 }
 
+// step makes the next effect of the running program outstanding under
+// the id its first ExecCode took: a program takes one effect id however
+// it ran, so the effects after it have the same ids whether it ran call
+// by call or a replay found its end recorded.
+func (m *Machine) step(p phase) {
+	m.flushProgress()
+	m.st.Phase = p
+	m.out = m.build()
+}
+
 // nextProgram runs the first program call of the round that has not
 // ended, or closes the round when none is left.
 func (m *Machine) nextProgram() {
@@ -301,10 +312,10 @@ func (m *Machine) onExec(r ExecResult) {
 		c.Prog.Children = append(c.Prog.Children, ch)
 	}
 	if asked == 0 {
-		m.yield(phaseExec)
+		m.step(phaseExec)
 		return
 	}
-	m.yield(phaseChildren)
+	m.step(phaseChildren)
 }
 
 // refuseChild says why a program's call cannot run, or "".
@@ -357,7 +368,7 @@ func (m *Machine) onChildren(r ProgramResults) {
 		ch.Outcome = &o
 		m.event(EventProgramOutcome, ChildKey(c.Prog.Origin, ch.Call.Ordinal).Call, o.Status.String())
 	}
-	m.yield(phaseExec)
+	m.step(phaseExec)
 }
 
 func (s ChildStatus) String() string {
@@ -417,8 +428,9 @@ func (m *Machine) buildChildren() Effect {
 		e.Calls = append(e.Calls, ChildCall{Call: ch.Call, Key: ChildKey(c.Prog.Origin, ch.Call.Ordinal), Hash: h})
 		hashes = append(hashes, h)
 	}
-	e.H = Head{ID: st.Out, Key: ReplayKey{Session: st.Session, Turn: st.Turn, Iteration: st.OutIter, Kind: KindProgramCalls,
-		Effect: st.Out}, Hash: callsHash(hashes)}
+	key := e.Calls[0].Key
+	key.Kind = KindProgramCalls
+	e.H = Head{ID: st.Out, Key: key, Hash: callsHash(hashes)}
 	return e
 }
 

@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/lash-run/lash/codemode"
 	"os"
 	"os/signal"
 	"syscall"
@@ -22,6 +23,7 @@ var version = ""
 func nodeVersion() string { return cli.Version(version) }
 
 func main() {
+	codemode.ServeChild() // when started as a program's sandbox
 	ctx, drain := context.WithCancel(context.Background())
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)

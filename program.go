@@ -1,0 +1,502 @@
+package lash
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lash-run/lash/codemode"
+	"github.com/lash-run/lash/effectlog"
+	"github.com/lash-run/lash/turn"
+)
+
+// A program (turn.ExecCode) runs in a sandbox (package codemode) while the
+// drive loop answers its calls: each call it makes goes to the machine as
+// an ExecResult, comes back as a ProgramCalls effect journaled call by
+// call, and its outcomes go back to the program with the next ExecCode.
+// The program keeps running between its effects; after a crash it runs
+// again from its start, and its calls before the machine's Known answer
+// from Known, so nothing it did is done again. Its end is journaled under
+// its origin key, so a replay of a finished program does not run it.
+
+// programEnd is a program's end as its record keeps it.
+type programEnd struct {
+	Output string `msgpack:"o,omitempty"`
+	Failed bool   `msgpack:"f,omitempty"`
+}
+
+// programs runs the node's programs: in a sandbox process (started on the
+// first program), or in-process (WithInProcessPrograms).
+type programs struct {
+	inProcess bool
+	sandbox   codemode.Sandbox
+}
+
+func (p *programs) run(ctx context.Context, src string, tools []codemode.Tool, host codemode.Host, lim codemode.Limits) (codemode.Result, error) {
+	if p.inProcess {
+		return codemode.Run(ctx, src, tools, host, lim)
+	}
+	return p.sandbox.Run(ctx, src, tools, host, lim)
+}
+
+// WithInProcessPrograms runs the model's programs in the node's process
+// instead of a sandbox process. The interpreter bounds their steps, calls
+// and output, but not their memory: only for programs that are trusted,
+// or for binaries that cannot call codemode.ServeChild first thing.
+func WithInProcessPrograms() Option { return func(o *options) { o.inProcessPrograms = true } }
+
+// programSpec is the ProgramTool offered to the model, describing the
+// tools its programs may call.
+func programSpec(specs []turn.ToolSpec) turn.ToolSpec {
+	desc := codemode.Guide + "\n\nThe functions:\n\n" + codemode.Describe(codeTools(specs))
+	return turn.ToolSpec{Name: turn.ProgramTool, Description: desc,
+		Schema: `{"type":"object","properties":{"program":{"type":"string","description":"the Starlark program"}},"required":["program"]}`}
+}
+
+// codeTools are the tools a program may call: the catalog without the
+// program tool.
+func codeTools(specs []turn.ToolSpec) []codemode.Tool {
+	out := make([]codemode.Tool, 0, len(specs))
+	for _, s := range specs {
+		if s.Name != turn.ProgramTool {
+			out = append(out, codemode.Tool{Name: s.Name, Description: s.Description, Schema: json.RawMessage(s.Schema)})
+		}
+	}
+	return out
+}
+
+// offerPrograms adds the program tool to a catalog offered in a mode that
+// runs programs, in place of any tool of the same name.
+func offerPrograms(mode turn.Mode, specs []turn.ToolSpec) []turn.ToolSpec {
+	if mode == turn.ModeTools {
+		return specs
+	}
+	out := make([]turn.ToolSpec, 0, len(specs)+1)
+	for _, s := range specs {
+		if s.Name != turn.ProgramTool {
+			out = append(out, s)
+		}
+	}
+	return append(out, programSpec(out))
+}
+
+// progRun is one run of a program, alive between its effects.
+type progRun struct {
+	origin turn.ReplayKey
+	// made counts the calls the program made; given, those whose
+	// outcomes it has.
+	made, given int
+	calls       chan []codemode.Call
+	outs        chan []codemode.Outcome
+	end         chan progResult
+	cancel      context.CancelFunc
+	done        chan struct{}
+}
+
+type progResult struct {
+	res codemode.Result
+	err error
+}
+
+// progHost is a run's host: calls the machine knows the outcomes of (a run
+// after a crash) answer from them; the others go to the drive loop.
+type progHost struct {
+	r     *progRun
+	known []turn.ProgramChild
+}
+
+func (h *progHost) Do(ctx context.Context, calls []codemode.Call) ([]codemode.Outcome, error) {
+	if len(calls) == 0 {
+		return nil, nil
+	}
+	if first := calls[0].Ordinal; first < len(h.known) {
+		outs := make([]codemode.Outcome, len(calls))
+		for i, c := range calls {
+			if c.Ordinal >= len(h.known) || !sameCall(h.known[c.Ordinal].Call, programCall(c)) {
+				return nil, &effectlog.NondeterminismError{Key: turn.ChildKey(h.r.origin, c.Ordinal)}
+			}
+			outs[i] = codeOutcome(*h.known[c.Ordinal].Outcome)
+		}
+		return outs, nil
+	}
+	select {
+	case h.r.calls <- calls:
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+	select {
+	case outs := <-h.r.outs:
+		return outs, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+func sameCall(a, b turn.ProgramCall) bool {
+	return a.Ordinal == b.Ordinal && a.Kind == b.Kind && a.Tool == b.Tool && a.Args == b.Args
+}
+
+func programCall(c codemode.Call) turn.ProgramCall {
+	k := turn.ChildTool
+	switch c.Kind {
+	case codemode.KindModel:
+		k = turn.ChildModel
+	case codemode.KindSleep:
+		k = turn.ChildSleep
+	}
+	return turn.ProgramCall{Ordinal: c.Ordinal, Kind: k, Tool: c.Tool, Args: string(c.Args)}
+}
+
+func codeOutcome(o turn.ProgramOutcome) codemode.Outcome {
+	switch o.Status {
+	case turn.ChildOK:
+		return codemode.Outcome{Value: json.RawMessage(o.Value)}
+	case turn.ChildCancelled:
+		return codemode.Outcome{Cancelled: true}
+	}
+	return codemode.Outcome{Error: o.Error}
+}
+
+func (r *progRun) stop() {
+	r.cancel()
+	<-r.done
+}
+
+// stopProgram ends the program running between effects, if any.
+func (d *drive) stopProgram() {
+	if d.prog != nil {
+		d.prog.stop()
+		d.prog = nil
+	}
+}
+
+// exec answers an ExecCode: the program's recorded end, or what its run
+// does next (started anew when no run is at the machine's place).
+func (d *drive) exec(ctx context.Context, e *turn.ExecCode) (turn.ExecResult, error) {
+	rec, err := d.lookup(e.H.Key, e.H.Hash)
+	if err == nil {
+		d.stopProgram()
+		a, err := decodeAnswer(rec.Outcome.Data)
+		if err == nil && a.End == nil {
+			err = fmt.Errorf("lash: journal record for %s holds no program end", e.H.Key)
+		}
+		if err != nil {
+			return turn.ExecResult{}, terminal(FailUnreadableJournal, err)
+		}
+		d.replayed++
+		return turn.ExecResult{ID: e.H.ID, End: &turn.ProgramEnd{Output: a.End.Output, Failed: a.End.Failed}}, nil
+	}
+	if !errors.Is(err, effectlog.ErrNotRecorded) {
+		return turn.ExecResult{}, err
+	}
+	r := d.prog
+	switch {
+	case r != nil && r.origin == e.H.Key && r.made == len(e.Known) && r.given < r.made:
+		outs := make([]codemode.Outcome, 0, r.made-r.given)
+		for _, k := range e.Known[r.given:] {
+			outs = append(outs, codeOutcome(*k.Outcome))
+		}
+		r.given = r.made
+		r.outs <- outs // the program waits for them in Do
+	default:
+		d.stopProgram()
+		r = d.startProgram(ctx, e)
+	}
+	select {
+	case calls := <-r.calls:
+		res := turn.ExecResult{ID: e.H.ID}
+		for _, c := range calls {
+			res.Calls = append(res.Calls, programCall(c))
+		}
+		r.made += len(calls)
+		return res, nil
+	case end := <-r.end:
+		d.prog = nil
+		if end.err != nil {
+			var nd *effectlog.NondeterminismError
+			if errors.As(end.err, &nd) {
+				nd.Recorded, nd.Current = e.H.Hash, e.H.Hash
+				return turn.ExecResult{}, fmt.Errorf("%w: the program made another call at %s than its recorded one", nd, nd.Key)
+			}
+			return turn.ExecResult{}, end.err
+		}
+		return d.recordEnd(ctx, e, end.res)
+	case <-ctx.Done():
+		d.stopProgram()
+		return turn.ExecResult{}, context.Cause(ctx)
+	}
+}
+
+// startProgram runs e's program from its start on a goroutine of its own.
+func (d *drive) startProgram(ctx context.Context, e *turn.ExecCode) *progRun {
+	pctx, cancel := context.WithCancel(ctx)
+	r := &progRun{origin: e.H.Key, made: len(e.Known), given: len(e.Known), calls: make(chan []codemode.Call),
+		outs: make(chan []codemode.Outcome), end: make(chan progResult, 1), cancel: cancel, done: make(chan struct{})}
+	host := &progHost{r: r, known: e.Known}
+	tools := codeTools(d.tools)
+	go func() {
+		defer close(r.done)
+		res, err := d.s.n.programs.run(pctx, e.Program, tools, host, codemode.Limits{Calls: d.p.config.Limits.ProgramCalls})
+		r.end <- progResult{res, err}
+	}()
+	d.prog = r
+	return r
+}
+
+// recordEnd journals a program's end under its origin: first writer wins.
+func (d *drive) recordEnd(ctx context.Context, e *turn.ExecCode, res codemode.Result) (turn.ExecResult, error) {
+	end := &programEnd{Output: renderProgram(res), Failed: res.Error != ""}
+	a := &answer{End: end, Request: "program " + e.CallID + "\n" + e.Program + "\n"}
+	data, err := encodeAnswer(a)
+	if err != nil {
+		return turn.ExecResult{}, err
+	}
+	if err := d.s.boundaryCall("before-record program", e.CallID); err != nil {
+		return turn.ExecResult{}, err
+	}
+	rec, won, err := d.p.journal.Record(ctx, e.H.Key, e.H.Hash, effectlog.Outcome{Data: data})
+	if err != nil {
+		return turn.ExecResult{}, err
+	}
+	if err := d.s.boundaryCall("after-record program", e.CallID); err != nil {
+		return turn.ExecResult{}, err
+	}
+	if !won {
+		if err := d.attributed(ctx, rec); err != nil {
+			return turn.ExecResult{}, err
+		}
+		if a, err = decodeAnswer(rec.Outcome.Data); err != nil || a.End == nil {
+			return turn.ExecResult{}, terminal(FailUnreadableJournal, fmt.Errorf("lash: journal record for %s holds no program end", e.H.Key))
+		}
+	}
+	d.executed++
+	return turn.ExecResult{ID: e.H.ID, End: &turn.ProgramEnd{Output: a.End.Output, Failed: a.End.Failed}}, nil
+}
+
+// renderProgram is a program's end as the model reads it.
+func renderProgram(res codemode.Result) string {
+	var b strings.Builder
+	if res.Output != "" {
+		b.WriteString("printed:\n")
+		b.WriteString(res.Output)
+		if !strings.HasSuffix(res.Output, "\n") {
+			b.WriteByte('\n')
+		}
+	}
+	switch {
+	case res.Error != "":
+		b.WriteString("error: ")
+		b.WriteString(res.Error)
+	case res.Value != nil:
+		b.WriteString("result: ")
+		b.Write(res.Value)
+	default:
+		b.WriteString("result: None")
+	}
+	return b.String()
+}
+
+// programCalls answers a ProgramCalls effect: each call's record, or the
+// call made and recorded, at once for a fan-out. A cancel input stored
+// meanwhile stops the calls still running and is claimed on each of their
+// keys, as for a tool round.
+func (d *drive) programCalls(ctx context.Context, e *turn.ProgramCalls) ([]turn.ProgramOutcome, *string, error) {
+	answers := make([]*answer, len(e.Calls))
+	for i, c := range e.Calls {
+		rec, err := d.lookup(c.Key, c.Hash)
+		if errors.Is(err, effectlog.ErrNotRecorded) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		a, err := decodeAnswer(rec.Outcome.Data)
+		if err != nil {
+			return nil, nil, terminal(FailUnreadableJournal, err)
+		}
+		answers[i] = a
+		d.replayed++
+	}
+	if slices.IndexFunc(answers, isCancel) < 0 {
+		ectx, done := d.interrupt.begin(ctx)
+		errs := make([]error, len(e.Calls))
+		var wg sync.WaitGroup
+		for i, c := range e.Calls {
+			if answers[i] != nil {
+				continue
+			}
+			run := func() { answers[i], errs[i] = d.child(ctx, ectx, e, c) }
+			if len(e.Calls) == 1 {
+				run()
+			} else {
+				wg.Go(run)
+			}
+		}
+		wg.Wait()
+		if stop := done(); stop != nil {
+			if err := d.claimChildCancels(ctx, e, answers, stop); err != nil {
+				return nil, nil, err
+			}
+		} else {
+			for i := range answers {
+				if answers[i] != nil {
+					errs[i] = nil
+				}
+			}
+			if err := errors.Join(errs...); err != nil {
+				return nil, nil, err
+			}
+		}
+	} else if err := d.claimChildCancels(ctx, e, answers, answers[slices.IndexFunc(answers, isCancel)]); err != nil {
+		return nil, nil, err
+	}
+	outs := make([]turn.ProgramOutcome, len(answers))
+	for i, a := range answers {
+		if a.Cancel != nil {
+			d.took(a)
+			return nil, a.Cancel, nil
+		}
+		outs[i] = childOutcome(e.Calls[i].Call.Kind, a)
+	}
+	return outs, nil, nil
+}
+
+// claimChildCancels claims, with cancel, each call that has no record yet.
+func (d *drive) claimChildCancels(ctx context.Context, e *turn.ProgramCalls, answers []*answer, cancel *answer) error {
+	for i, c := range e.Calls {
+		if answers[i] != nil {
+			continue
+		}
+		a := *cancel
+		a.Next, a.Request = nil, "cancelled before its result\n"
+		got, err := d.recordChild(ctx, c, &a)
+		if err != nil {
+			return err
+		}
+		answers[i] = got
+	}
+	return nil
+}
+
+// recordChild records a for one call of a program, first writer wins, and
+// returns the answer that stands.
+func (d *drive) recordChild(ctx context.Context, c turn.ChildCall, a *answer) (*answer, error) {
+	data, err := encodeRecord(a, d.s.n.client.Config().MaxPayloadBytes)
+	if err != nil {
+		return nil, err
+	}
+	rec, won, err := d.p.journal.Record(ctx, c.Key, c.Hash, effectlog.Outcome{Data: data})
+	if err != nil {
+		return nil, err
+	}
+	if won {
+		return a, nil
+	}
+	if err := d.attributed(ctx, rec); err != nil {
+		return nil, err
+	}
+	if a, err = decodeAnswer(rec.Outcome.Data); err != nil {
+		return nil, terminal(FailUnreadableJournal, err)
+	}
+	return a, nil
+}
+
+// child makes one call of a program and records its outcome. A tool call
+// goes the way of any tool call (intent, hooks, its record); a model call
+// and a sleep are recorded once they end.
+func (d *drive) child(ctx, ectx context.Context, e *turn.ProgramCalls, c turn.ChildCall) (*answer, error) {
+	switch c.Call.Kind {
+	case turn.ChildTool:
+		pc := turn.PendingCall{Call: turn.ToolCall{ID: c.Key.Call, Name: c.Call.Tool, Arguments: c.Call.Args}, Key: c.Key, Hash: c.Hash}
+		a, _, err := d.toolCall(ctx, ectx, pc, causeNone, false)
+		return a, err
+	case turn.ChildModel:
+		var args struct {
+			Prompt string `json:"prompt"`
+		}
+		if err := json.Unmarshal([]byte(c.Call.Args), &args); err != nil || args.Prompt == "" {
+			return d.recordChild(ctx, c, &answer{CallErr: &turn.CallError{Code: "bad_arguments", Message: `llm takes a prompt: llm("...")`}})
+		}
+		if err := d.s.boundaryCall("before-record llm", c.Key.Call); err != nil {
+			return nil, err
+		}
+		began := time.Now()
+		req := turn.ModelRequest{Model: d.p.config.Model, Sampling: d.p.config.Sampling,
+			Messages: []turn.Message{{Role: turn.RoleUser, Text: args.Prompt}}}
+		resp, err := d.p.model.Complete(ectx, req, nil)
+		if err != nil && ectx.Err() != nil {
+			return nil, context.Cause(ectx) // stopped: record nothing
+		}
+		a := &answer{Took: time.Since(began), Request: "llm " + c.Key.Call + "\n" + args.Prompt + "\n"}
+		if err != nil {
+			a.CallErr = callError(err)
+		} else {
+			a.Response = &resp
+		}
+		d.s.n.observe(Event{Kind: EventModelCall, Session: d.s.id, Turn: d.turn, Model: req.Model, Usage: resp.Usage})
+		if a, err = d.recordChild(ctx, c, a); err != nil {
+			return nil, err
+		}
+		return a, d.s.boundaryCall("after-record llm", c.Key.Call)
+	case turn.ChildSleep:
+		var args struct {
+			Seconds float64 `json:"seconds"`
+		}
+		if err := json.Unmarshal([]byte(c.Call.Args), &args); err != nil || args.Seconds < 0 || args.Seconds > maxProgramSleep.Seconds() {
+			return d.recordChild(ctx, c, &answer{CallErr: &turn.CallError{Code: "bad_arguments",
+				Message: fmt.Sprintf("sleep takes seconds, from 0 to %g", maxProgramSleep.Seconds())}})
+		}
+		t := time.NewTimer(time.Duration(args.Seconds * float64(time.Second)))
+		defer t.Stop()
+		select {
+		case <-ectx.Done():
+			return nil, context.Cause(ectx)
+		case <-t.C:
+		}
+		return d.recordChild(ctx, c, &answer{Request: "sleep " + c.Key.Call + "\n"})
+	}
+	return nil, fmt.Errorf("lash: program call of kind %s", c.Call.Kind)
+}
+
+// maxProgramSleep bounds one sleep of a program.
+const maxProgramSleep = time.Hour
+
+// childOutcome is a call's record as the program takes it.
+func childOutcome(kind turn.ChildKind, a *answer) turn.ProgramOutcome {
+	switch {
+	case a.Result != nil && a.Result.Status == turn.ToolOK:
+		return turn.ProgramOutcome{Status: turn.ChildOK, Value: jsonValue(a.Result.Output)}
+	case a.Result != nil && a.Result.Status == turn.ToolPending:
+		return turn.ProgramOutcome{Status: turn.ChildFailed, Error: "the tool waits for a decision, and a program cannot wait for one: " + a.Result.Output}
+	case a.Result != nil:
+		return turn.ProgramOutcome{Status: turn.ChildFailed, Error: a.Result.Output}
+	case a.CallErr != nil:
+		return turn.ProgramOutcome{Status: turn.ChildFailed, Error: describeErr(a.CallErr)}
+	case a.Response != nil:
+		v, _ := json.Marshal(a.Response.Text)
+		return turn.ProgramOutcome{Status: turn.ChildOK, Value: string(v)}
+	}
+	return turn.ProgramOutcome{Status: turn.ChildOK, Value: "null"} // a sleep
+}
+
+func describeErr(e *turn.CallError) string {
+	if e.Code == "" {
+		return e.Message
+	}
+	return e.Code + ": " + e.Message
+}
+
+// jsonValue is a tool's output as a program's value: its JSON when it is
+// JSON, else the text as a string.
+func jsonValue(out string) string {
+	if json.Valid([]byte(out)) {
+		return out
+	}
+	b, _ := json.Marshal(out)
+	return string(b)
+}
