@@ -89,6 +89,10 @@ func (a *answer) result(kind turn.Kind, id turn.EffectID) (turn.Result, error) {
 		return turn.SleepDone{ID: id}, nil
 	case turn.KindAwaitEvent:
 		return turn.EventResult{ID: id, TimedOut: a.TimedOut, Messages: a.Messages, Decisions: a.Decisions}, nil
+	case turn.KindExecCode:
+		if a.End != nil {
+			return turn.ExecResult{ID: id, End: &turn.ProgramEnd{Output: a.End.Output, Failed: a.End.Failed}}, nil
+		}
 	}
 	return nil, fmt.Errorf("lash: no journaled answer form for %s", kind)
 }

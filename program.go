@@ -88,10 +88,10 @@ func offerPrograms(mode turn.Mode, specs []turn.ToolSpec) []turn.ToolSpec {
 // progRun is one run of a program, alive between its effects.
 type progRun struct {
 	origin turn.ReplayKey
-	// made counts the calls the program made; given, those whose
-	// outcomes it has.
-	made, given int
-	calls       chan []codemode.Call
+	// from and to are the ordinals of the batch of calls it waits on the
+	// outcomes of (to is past the last); none when from == to.
+	from, to int
+	calls    chan []codemode.Call
 	outs        chan []codemode.Outcome
 	end         chan progResult
 	cancel      context.CancelFunc
@@ -114,16 +114,18 @@ func (h *progHost) Do(ctx context.Context, calls []codemode.Call) ([]codemode.Ou
 	if len(calls) == 0 {
 		return nil, nil
 	}
-	if first := calls[0].Ordinal; first < len(h.known) {
+	if last := calls[len(calls)-1].Ordinal; last < len(h.known) {
 		outs := make([]codemode.Outcome, len(calls))
 		for i, c := range calls {
-			if c.Ordinal >= len(h.known) || !sameCall(h.known[c.Ordinal].Call, programCall(c)) {
+			if !sameCall(h.known[c.Ordinal].Call, programCall(c)) {
 				return nil, &effectlog.NondeterminismError{Key: turn.ChildKey(h.r.origin, c.Ordinal)}
 			}
 			outs[i] = codeOutcome(*h.known[c.Ordinal].Outcome)
 		}
 		return outs, nil
 	}
+	// New calls, or a batch the program waited on before a park: the
+	// machine takes them.
 	select {
 	case h.r.calls <- calls:
 	case <-ctx.Done():
@@ -196,12 +198,12 @@ func (d *drive) exec(ctx context.Context, e *turn.ExecCode) (turn.ExecResult, er
 	}
 	r := d.prog
 	switch {
-	case r != nil && r.origin == e.H.Key && r.made == len(e.Known) && r.given < r.made:
-		outs := make([]codemode.Outcome, 0, r.made-r.given)
-		for _, k := range e.Known[r.given:] {
+	case r != nil && r.origin == e.H.Key && r.from < r.to && r.to <= len(e.Known):
+		outs := make([]codemode.Outcome, 0, r.to-r.from)
+		for _, k := range e.Known[r.from:r.to] {
 			outs = append(outs, codeOutcome(*k.Outcome))
 		}
-		r.given = r.made
+		r.from = r.to
 		r.outs <- outs // the program waits for them in Do
 	default:
 		d.stopProgram()
@@ -213,7 +215,7 @@ func (d *drive) exec(ctx context.Context, e *turn.ExecCode) (turn.ExecResult, er
 		for _, c := range calls {
 			res.Calls = append(res.Calls, programCall(c))
 		}
-		r.made += len(calls)
+		r.from, r.to = calls[0].Ordinal, calls[len(calls)-1].Ordinal+1
 		return res, nil
 	case end := <-r.end:
 		d.prog = nil
@@ -235,7 +237,7 @@ func (d *drive) exec(ctx context.Context, e *turn.ExecCode) (turn.ExecResult, er
 // startProgram runs e's program from its start on a goroutine of its own.
 func (d *drive) startProgram(ctx context.Context, e *turn.ExecCode) *progRun {
 	pctx, cancel := context.WithCancel(ctx)
-	r := &progRun{origin: e.H.Key, made: len(e.Known), given: len(e.Known), calls: make(chan []codemode.Call),
+	r := &progRun{origin: e.H.Key, calls: make(chan []codemode.Call),
 		outs: make(chan []codemode.Outcome), end: make(chan progResult, 1), cancel: cancel, done: make(chan struct{})}
 	host := &progHost{r: r, known: e.Known}
 	tools := codeTools(d.tools)
@@ -412,7 +414,8 @@ func (d *drive) recordChild(ctx context.Context, c turn.ChildCall, a *answer) (*
 func (d *drive) child(ctx, ectx context.Context, e *turn.ProgramCalls, c turn.ChildCall) (*answer, error) {
 	switch c.Call.Kind {
 	case turn.ChildTool:
-		pc := turn.PendingCall{Call: turn.ToolCall{ID: c.Key.Call, Name: c.Call.Tool, Arguments: c.Call.Args}, Key: c.Key, Hash: c.Hash}
+		pc := turn.PendingCall{Call: turn.ToolCall{ID: c.Key.Call, Name: c.Call.Tool, Arguments: c.Call.Args}, Key: c.Key, Hash: c.Hash,
+			Decision: c.Decision}
 		a, _, err := d.toolCall(ctx, ectx, pc, causeNone, false)
 		return a, err
 	case turn.ChildModel:
@@ -472,7 +475,7 @@ func childOutcome(kind turn.ChildKind, a *answer) turn.ProgramOutcome {
 	case a.Result != nil && a.Result.Status == turn.ToolOK:
 		return turn.ProgramOutcome{Status: turn.ChildOK, Value: jsonValue(a.Result.Output)}
 	case a.Result != nil && a.Result.Status == turn.ToolPending:
-		return turn.ProgramOutcome{Status: turn.ChildFailed, Error: "the tool waits for a decision, and a program cannot wait for one: " + a.Result.Output}
+		return turn.ProgramOutcome{Status: turn.ChildPending, Error: a.Result.Output}
 	case a.Result != nil:
 		return turn.ProgramOutcome{Status: turn.ChildFailed, Error: a.Result.Output}
 	case a.CallErr != nil:

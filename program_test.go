@@ -3,8 +3,10 @@ package lash
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lash-run/lash/provider/scripted"
+	"github.com/lash-run/lash/tools/builtin"
 	"github.com/lash-run/lash/testenv"
 	"github.com/lash-run/lash/turn"
 )
@@ -81,4 +83,122 @@ func TestProgramCrashAtEveryBoundaryCluster(t *testing.T) {
 	}
 	testenv.SkipClusterUnderRace(t)
 	crashMatrix(t, newClusterRig, programCalls)
+}
+
+// boundsScript runs one program past each of its bounds, one a turn.
+const boundsScript = `
+rule loop
+  when user contains loop
+  when tools = 0
+  call run_program {"program": "while True:\n  pass"}
+
+rule alloc
+  when user contains alloc
+  when tools = 1
+  call run_program {"program": "s = 'x'\nfor i in range(40):\n  s = s + s"}
+
+rule print
+  when user contains print
+  when tools = 2
+  call run_program {"program": "for i in range(1000000):\n  print('x' * 100)"}
+
+rule calls
+  when user contains calls
+  when tools = 3
+  call run_program {"program": "for i in range(200):\n  parallel([call(weather, city='x') for j in range(50)])"}
+
+default
+  say Noted.
+`
+
+// A program that loops forever, allocates without bound, prints 100 MB or
+// makes 10,000 calls ends within its bounds with an error the model reads,
+// and the session goes on with its next input.
+func TestProgramBounds(t *testing.T) {
+	r := newRig(t)
+	r.models = testenv.RunModelServer(t, scripted.MustParse(boundsScript))
+	s := r.node("a", programCalls.opts...).Session("s1")
+	for i, c := range []struct{ text, want string }{
+		{"loop", "error: the program ran "}, // its steps, or 10 s without a call: whichever comes first
+		{"alloc", "error: the program used more than 512 MiB of memory"},
+		{"print", "error: the program printed more than 65536 bytes"},
+		{"calls", "error: the program made more than 1000 calls"},
+	} {
+		if _, _, err := s.Send(r.ctx, c.text, Input{Text: c.text}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.Run(r.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res) != 1 || res[0].Outcome.Termination.Reason != turn.NaturalEnd {
+			t.Fatalf("%s: results %+v", c.text, res)
+		}
+		msgs := res[0].Outcome.Messages
+		// What it printed before, then why it ended.
+		if len(msgs) != 4 {
+			t.Fatalf("%s: %d messages", c.text, len(msgs))
+		}
+		if got := msgs[2]; !got.Error || !strings.Contains(got.Text, c.want) || len(got.Text) > 70<<10 {
+			t.Fatalf("%s: the program's %d bytes end %q", c.text, len(got.Text), got.Text[max(0, len(got.Text)-200):])
+		}
+		if i == 3 && r.runs.runs["x"] != 1000 {
+			t.Fatalf("the tool ran %d times for 1000 calls", r.runs.runs["x"])
+		}
+	}
+}
+
+const parkProgramScript = `
+rule program
+  when tools = 0
+  call run_program {"program": "a = weather(city='Oslo')\nok = wait_for_approval(request='ship?')\nb = weather(city='Lima')\nresult = [a, ok, b]"}
+
+default
+  say shipped
+`
+
+// A call inside a program that waits for a decision parks the program: the
+// turn ends with the program call suspended, its calls so far kept with
+// the commit. The decision resumes it in the next turn: the program runs
+// again from its start, its earlier calls answer from what was kept, the
+// waiting call takes the decision's payload, and the rest runs once.
+func TestProgramParks(t *testing.T) {
+	r := newRig(t)
+	r.models = testenv.RunModelServer(t, scripted.MustParse(parkProgramScript))
+	reg := r.runs.registry(t)
+	if err := builtin.Register(reg, "lash", time.Now); err != nil {
+		t.Fatal(err)
+	}
+	n := r.node("a", append(programCalls.opts, WithTools(reg))...)
+	s := n.Session("s1")
+	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "ship it"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Run(r.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 1 || res[0].Outcome.Termination.Reason != turn.Suspended || len(res[0].Outcome.Suspended) != 1 {
+		t.Fatalf("results %+v", res)
+	}
+	sc := res[0].Outcome.Suspended[0]
+	if sc.Call.Name != turn.ProgramTool || sc.Program == nil || len(sc.Program.Calls) != 2 || !strings.Contains(sc.Ticket.Reason, "call_1#1") {
+		t.Fatalf("suspended %+v", sc)
+	}
+	if _, err := s.Decide(r.ctx, "d1", Decision{ID: "d1", CallID: sc.Call.ID, Action: "resume", Mode: "use-result", Payload: "yes"}); err != nil {
+		t.Fatal(err)
+	}
+	if res, err = s.Run(r.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 1 || res[0].Outcome.Termination.Reason != turn.NaturalEnd {
+		t.Fatalf("results %+v", res)
+	}
+	msgs := res[0].Outcome.Messages
+	if len(msgs) != 2 || msgs[0].Text != `result: ["2C snow","yes","18C grey"]` {
+		t.Fatalf("transcript:\n%s", describeTranscript(msgs))
+	}
+	if r.runs.runs["Oslo"] != 1 || r.runs.runs["Lima"] != 1 {
+		t.Fatalf("tool runs %v", r.runs.runs)
+	}
 }

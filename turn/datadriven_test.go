@@ -413,7 +413,11 @@ func describeEffect(e Effect) string {
 	case *ProgramCalls:
 		fmt.Fprintf(&b, "effect %d program-calls %s key=%s hash=%s\n", h.ID, e.CallID, h.Key, h.Hash.Short())
 		for _, c := range e.Calls {
-			fmt.Fprintf(&b, "  #%d %s key=%s hash=%s\n", c.Call.Ordinal, describeProgramCall(c.Call), c.Key, c.Hash.Short())
+			fmt.Fprintf(&b, "  #%d %s key=%s hash=%s", c.Call.Ordinal, describeProgramCall(c.Call), c.Key, c.Hash.Short())
+			if c.Decision != nil {
+				fmt.Fprintf(&b, " decision=%s/%s(%s)", c.Decision.ID, c.Decision.Mode, c.Decision.Payload)
+			}
+			b.WriteByte('\n')
 		}
 	case *Checkpoint:
 		fmt.Fprintf(&b, "effect %d checkpoint %s key=%s hash=%s\n", h.ID, e.At, h.Key, h.Hash.Short())
@@ -426,7 +430,11 @@ func describeEffect(e Effect) string {
 		fmt.Fprintf(&b, "done: status=%s %s iterations=%d usage=%d/%d new-messages=%d\n",
 			o.Status, o.Termination, o.Iterations, o.Usage.InputTokens, o.Usage.OutputTokens, len(o.Messages))
 		for _, s := range o.Suspended {
-			fmt.Fprintf(&b, "  suspended %s %s (%s)\n", s.Call.ID, s.Call.Name, s.Ticket.Reason)
+			fmt.Fprintf(&b, "  suspended %s %s (%s)", s.Call.ID, s.Call.Name, s.Ticket.Reason)
+			if p := s.Program; p != nil {
+				fmt.Fprintf(&b, " program calls=%d waits=#%d", len(p.Calls), p.Waits-1)
+			}
+			b.WriteByte('\n')
 		}
 	}
 	return b.String()
@@ -512,7 +520,7 @@ func (h *harness) execResult(d *datadriven.TestData) ExecResult {
 }
 
 // scriptOutcomes reads a program's outcomes: "ok VALUE", "error MESSAGE",
-// "cancelled".
+// "cancelled", "pending REASON".
 func scriptOutcomes(d *datadriven.TestData) ProgramResults {
 	r := ProgramResults{ID: 0}
 	for _, line := range lines(d.Input) {
@@ -524,6 +532,8 @@ func scriptOutcomes(d *datadriven.TestData) ProgramResults {
 			r.Outcomes = append(r.Outcomes, ProgramOutcome{Status: ChildFailed, Error: v})
 		case "cancelled":
 			r.Outcomes = append(r.Outcomes, ProgramOutcome{Status: ChildCancelled})
+		case "pending":
+			r.Outcomes = append(r.Outcomes, ProgramOutcome{Status: ChildPending, Error: v})
 		}
 	}
 	return r

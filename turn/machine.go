@@ -157,7 +157,11 @@ func New(cfg Config, s Start) (*Machine, error) {
 	}
 	st.SentMsgs = st.HistoryLen
 	for _, sc := range s.Suspended {
-		st.Calls = append(st.Calls, callState{Call: sc.Call, Status: CallSuspended, Ticket: sc.Ticket, Iteration: sc.Iteration})
+		c := callState{Call: sc.Call, Status: CallSuspended, Ticket: sc.Ticket, Iteration: sc.Iteration}
+		if p := sc.Program; p != nil {
+			c.Prog = &progState{Children: p.Calls, Batch: p.Batch, Waits: p.Waits}
+		}
+		st.Calls = append(st.Calls, c)
 	}
 	if len(st.Calls) > 0 {
 		st.Status = StatusWaiting
@@ -194,6 +198,12 @@ func validateStart(s Start) error {
 			return fmt.Errorf("%w: suspended call id %q is empty or repeated", ErrInvalidStart, sc.Call.ID)
 		}
 		seen[sc.Call.ID] = true
+		if p := sc.Program; p != nil {
+			c := callState{Call: sc.Call, Status: CallSuspended, Prog: &progState{Children: p.Calls, Batch: p.Batch, Waits: p.Waits}}
+			if err := c.checkProgram(); err != nil {
+				return fmt.Errorf("%w: suspended program %q: %v", ErrInvalidStart, sc.Call.ID, err)
+			}
+		}
 	}
 	return nil
 }
@@ -234,7 +244,11 @@ func (m *Machine) Suspended() []SuspendedCall {
 	var out []SuspendedCall
 	for _, c := range m.st.Calls {
 		if c.Status == CallSuspended {
-			out = append(out, SuspendedCall{Call: c.Call, Ticket: c.Ticket, Iteration: c.Iteration})
+			sc := SuspendedCall{Call: c.Call, Ticket: c.Ticket, Iteration: c.Iteration}
+			if c.Prog != nil {
+				sc.Program = c.Prog.parked()
+			}
+			out = append(out, sc)
 		}
 	}
 	return out
@@ -588,6 +602,13 @@ func (m *Machine) gate(msgs []Message, decisions []Decision) bool {
 		st.Decided = append(st.Decided, d.ID)
 		c := &st.Calls[i]
 		switch {
+		case c.Prog != nil:
+			// A parked program: the decision answers the call it waits on
+			// when the program, run again, makes it again.
+			m.event(EventDecisionApplied, c.Call.ID, "resume program")
+			c.Status = CallResuming
+			c.Prog.Decision = &d
+			rerun = true
 		case d.Action == CancelCall:
 			m.event(EventDecisionApplied, c.Call.ID, "cancel")
 			c.Status = CallCancelled

@@ -102,6 +102,9 @@ const (
 	ChildFailed
 	// ChildCancelled: a sibling in its fan-out stopped it.
 	ChildCancelled
+	// ChildPending: the call waits for a decision (a tool answered
+	// pending); Error says for what. The program parks on it.
+	ChildPending
 )
 
 // ProgramOutcome is what one call of a program came to: a JSON value when
@@ -141,10 +144,15 @@ type ExecCode struct {
 }
 
 // ChildCall is one call of ProgramCalls, with its own key and hash.
+// Decision is set for a call that waited and runs again because a
+// decision resumed its program (ResumeReplay, ResumePassToTool): its key
+// then names the decision, so the call's first record, which says it
+// waits, stays as it was.
 type ChildCall struct {
-	Call ProgramCall
-	Key  ReplayKey
-	Hash Hash
+	Call     ProgramCall
+	Key      ReplayKey
+	Hash     Hash
+	Decision *Decision
 }
 
 // ProgramCalls asks for the calls a program made at once (several in a
@@ -181,10 +189,44 @@ func (r ProgramResults) Answers() EffectID { return r.ID }
 func (ExecResult) isResult()               {}
 func (ProgramResults) isResult()           {}
 
-// progState is a program call's run so far.
+// progState is a program call's run so far. A program parks when a call
+// it made waits for a decision: the call keeps no outcome, Waits names it,
+// and the decision that resumes the program (Decision) answers it when the
+// program, run again, makes its batch of calls again. Each run between
+// parks (a segment) has an origin of its own, the key of its first
+// ExecCode, in the turn that runs it: its calls and its end are journaled
+// in that turn, and the calls of earlier segments answer from Children.
 type progState struct {
 	Origin   ReplayKey      `msgpack:"o"`
 	Children []ProgramChild `msgpack:"k,omitempty"`
+	// Batch is the ordinal of the first call of the last batch.
+	Batch int `msgpack:"b,omitempty"`
+	// Waits is the ordinal, plus one, of the call the program waits for.
+	Waits    int       `msgpack:"w,omitempty"`
+	Decision *Decision `msgpack:"d,omitempty"`
+}
+
+// ParkedProgram is a program call's run as a turn that ends with it
+// suspended leaves it for the next (SuspendedCall.Program): the calls it
+// made, with their outcomes but for the one it waits on.
+type ParkedProgram struct {
+	Calls []ProgramChild `msgpack:"k,omitempty"`
+	Batch int            `msgpack:"b,omitempty"`
+	Waits int            `msgpack:"w"`
+}
+
+func (p *progState) parked() *ParkedProgram {
+	return &ParkedProgram{Calls: p.Children, Batch: p.Batch, Waits: p.Waits}
+}
+
+// known is the calls before the first without an outcome.
+func (p *progState) known() []ProgramChild {
+	for i, ch := range p.Children {
+		if ch.Outcome == nil {
+			return p.Children[:i:i]
+		}
+	}
+	return p.Children
 }
 
 // ChildKey is the replay key of the call at ordinal of the program whose
@@ -198,6 +240,13 @@ func ChildKey(origin ReplayKey, ordinal int) ReplayKey {
 
 // ChildHash is the request hash of a program's call.
 func ChildHash(c ProgramCall) Hash { return canonicalHash(KindProgramCall, &c) }
+
+func childDecisionHash(c ProgramCall, d *Decision) Hash {
+	return canonicalHash(KindProgramCall, &struct {
+		C ProgramCall
+		D *Decision
+	}{c, d})
+}
 
 // ProgramHash is the request hash of a program: what its end is recorded
 // against.
@@ -276,7 +325,20 @@ func (m *Machine) checkExec(r ExecResult) error {
 	if (r.End == nil) == (len(r.Calls) == 0) {
 		return fmt.Errorf("%w: ExecResult needs exactly one of Calls and End", ErrInvalidResult)
 	}
-	next := len(m.execCall().Prog.Children)
+	p := m.execCall().Prog
+	next := len(p.Children)
+	if p.Decision != nil && len(r.Calls) > 0 && r.Calls[0].Ordinal == p.Batch {
+		// A resumed program makes its waiting batch again.
+		if len(r.Calls) != len(p.Children)-p.Batch {
+			return fmt.Errorf("%w: the resumed program made %d calls where it waited on %d", ErrInvalidResult, len(r.Calls), len(p.Children)-p.Batch)
+		}
+		for i, c := range r.Calls {
+			if old := p.Children[p.Batch+i].Call; c != old {
+				return fmt.Errorf("%w: the resumed program made another call at %d than the one it waited on", ErrInvalidResult, old.Ordinal)
+			}
+		}
+		return nil
+	}
 	for i, c := range r.Calls {
 		if c.Ordinal != next+i {
 			return fmt.Errorf("%w: program call %d has ordinal %d, want %d", ErrInvalidResult, i, c.Ordinal, next+i)
@@ -294,10 +356,15 @@ func (m *Machine) onExec(r ExecResult) {
 		m.endProgram(c, *r.End)
 		return
 	}
+	if p := c.Prog; p.Decision != nil && r.Calls[0].Ordinal == p.Batch {
+		m.resumeBatch(c)
+		return
+	}
 	if limit := m.cfg.Limits.ProgramCalls; len(c.Prog.Children)+len(r.Calls) > limit {
 		m.endProgram(c, ProgramEnd{Failed: true, Output: fmt.Sprintf("the program made more than %d calls", limit)})
 		return
 	}
+	c.Prog.Batch = len(c.Prog.Children)
 	asked := 0
 	for _, call := range r.Calls {
 		ch := ProgramChild{Call: call}
@@ -348,7 +415,7 @@ func (m *Machine) checkChildren(r ProgramResults) error {
 		return fmt.Errorf("%w: %d outcomes for %d program calls", ErrInvalidResult, len(r.Outcomes), want)
 	}
 	for i, o := range r.Outcomes {
-		if o.Status < ChildOK || o.Status > ChildCancelled {
+		if o.Status < ChildOK || o.Status > ChildPending {
 			return fmt.Errorf("%w: program outcome %d has unknown status %d", ErrInvalidResult, i, o.Status)
 		}
 	}
@@ -357,18 +424,75 @@ func (m *Machine) checkChildren(r ProgramResults) error {
 
 func (m *Machine) onChildren(r ProgramResults) {
 	c := m.execCall()
+	p := c.Prog
 	j := 0
-	for i := range c.Prog.Children {
-		ch := &c.Prog.Children[i]
+	for i := range p.Children {
+		ch := &p.Children[i]
 		if ch.Outcome != nil {
 			continue
 		}
 		o := r.Outcomes[j]
 		j++
-		ch.Outcome = &o
-		m.event(EventProgramOutcome, ChildKey(c.Prog.Origin, ch.Call.Ordinal).Call, o.Status.String())
+		id := ChildKey(p.Origin, ch.Call.Ordinal).Call
+		m.event(EventProgramOutcome, id, o.Status.String())
+		if p.Waits == i+1 {
+			p.Waits, p.Decision = 0, nil // the decided call ran
+		}
+		if o.Status != ChildPending {
+			ch.Outcome = &o
+		} else if p.Waits == 0 {
+			p.Waits = i + 1
+			c.Ticket = Ticket{Reason: id + ": " + o.Error}
+		}
+	}
+	if p.Waits != 0 {
+		// A call waits for a decision: the program parks, its calls kept;
+		// the run that resumes it is a segment of its own.
+		c.Status, p.Origin = CallSuspended, ReplayKey{}
+		m.event(EventToolSuspended, c.Call.ID, c.Ticket.Reason)
+		m.nextProgram()
+		return
 	}
 	m.step(phaseExec)
+}
+
+// resumeBatch takes a resumed program's waiting batch again: calls with
+// outcomes keep them, the call that waited takes its decision's, or runs
+// again with it.
+func (m *Machine) resumeBatch(c *callState) {
+	p := c.Prog
+	ch := &p.Children[p.Waits-1]
+	id := ChildKey(p.Origin, ch.Call.Ordinal).Call
+	d := p.Decision
+	switch {
+	case d.Action == CancelCall:
+		ch.Outcome = &ProgramOutcome{Status: ChildFailed, Error: "cancelled by decision " + d.ID}
+	case d.Mode == ResumeUseResult:
+		ch.Outcome = &ProgramOutcome{Status: ChildOK, Value: jsonValue(d.Payload)}
+	}
+	if ch.Outcome != nil {
+		m.event(EventProgramOutcome, id, ch.Outcome.Status.String())
+		p.Waits, p.Decision = 0, nil
+	} else {
+		m.event(EventProgramCall, id, "again, decision "+d.ID)
+	}
+	for _, ch := range p.Children {
+		if ch.Outcome == nil {
+			m.step(phaseChildren) // the call that runs again, and any other that waits
+			return
+		}
+	}
+	m.step(phaseExec)
+}
+
+// jsonValue is a decision's payload as a program's value: its JSON when
+// it is JSON, else the text as a string.
+func jsonValue(s string) string {
+	if json.Valid([]byte(s)) {
+		return s
+	}
+	b, _ := json.Marshal(s)
+	return string(b)
 }
 
 func (s ChildStatus) String() string {
@@ -379,6 +503,8 @@ func (s ChildStatus) String() string {
 		return "error"
 	case ChildCancelled:
 		return "cancelled"
+	case ChildPending:
+		return "pending"
 	}
 	return fmt.Sprintf("status(%d)", uint8(s))
 }
@@ -412,7 +538,7 @@ func (m *Machine) buildExec() Effect {
 	c := m.execCall()
 	src, _ := programSource(c.Call.Arguments) // checked as the round began
 	h := Head{ID: m.st.Out, Key: c.Prog.Origin, Hash: ProgramHash(src)}
-	return &ExecCode{H: h, CallID: c.Call.ID, Program: src, Known: c.Prog.Children}
+	return &ExecCode{H: h, CallID: c.Call.ID, Program: src, Known: c.Prog.known()}
 }
 
 func (m *Machine) buildChildren() Effect {
@@ -424,9 +550,14 @@ func (m *Machine) buildChildren() Effect {
 		if ch.Outcome != nil {
 			continue
 		}
-		h := ChildHash(ch.Call)
-		e.Calls = append(e.Calls, ChildCall{Call: ch.Call, Key: ChildKey(c.Prog.Origin, ch.Call.Ordinal), Hash: h})
-		hashes = append(hashes, h)
+		cc := ChildCall{Call: ch.Call, Key: ChildKey(c.Prog.Origin, ch.Call.Ordinal), Hash: ChildHash(ch.Call)}
+		if p := c.Prog; p.Decision != nil && p.Waits == ch.Call.Ordinal+1 {
+			cc.Decision = p.Decision
+			cc.Key.Call += "~" + p.Decision.ID
+			cc.Hash = childDecisionHash(ch.Call, p.Decision)
+		}
+		e.Calls = append(e.Calls, cc)
+		hashes = append(hashes, cc.Hash)
 	}
 	key := e.Calls[0].Key
 	key.Kind = KindProgramCalls
@@ -440,26 +571,27 @@ func (c *callState) checkProgram() error {
 	if p == nil {
 		return nil
 	}
-	if c.Status != CallRunning || c.Exec {
+	if c.Status != CallRunning && c.Status != CallSuspended && c.Status != CallResuming || c.Exec {
 		return fmt.Errorf("call %q keeps a program's run while %s", c.Call.ID, c.Status)
+	}
+	if p.Waits < 0 || p.Waits > len(p.Children) || p.Batch < 0 || p.Batch > len(p.Children) ||
+		(p.Waits != 0) != (c.Status == CallSuspended || p.Decision != nil) || p.Waits != 0 && p.Waits <= p.Batch {
+		return fmt.Errorf("program %q waits on %d of %d calls (batch %d)", c.Call.ID, p.Waits, len(p.Children), p.Batch)
 	}
 	if len(p.Children) > maxCount {
 		return fmt.Errorf("program %q made too many calls", c.Call.ID)
 	}
-	open := false
 	for i, ch := range p.Children {
 		switch {
 		case ch.Call.Ordinal != i || ch.Call.Kind < ChildTool || ch.Call.Kind > ChildSleep:
 			return fmt.Errorf("program %q has call %d with ordinal %d and kind %d", c.Call.ID, i, ch.Call.Ordinal, ch.Call.Kind)
-		case ch.Outcome == nil:
-			open = true
-		case ch.Outcome.Status < ChildOK || ch.Outcome.Status > ChildCancelled:
+		case ch.Outcome == nil && i < p.Batch:
+			return fmt.Errorf("program %q has call %d without an outcome before its last batch", c.Call.ID, i)
+		case ch.Outcome != nil && (ch.Outcome.Status < ChildOK || ch.Outcome.Status > ChildCancelled):
 			return fmt.Errorf("program %q has call %d with outcome status %d", c.Call.ID, i, ch.Outcome.Status)
-		case open:
-			return fmt.Errorf("program %q has an outcome after an outstanding call", c.Call.ID)
 		}
 	}
-	if p.Origin.Turn != "" && (p.Origin.Kind != KindExecCode || p.Origin.Call != c.Call.ID) {
+	if p.Origin.Turn != "" && (p.Origin.Kind != KindExecCode || p.Origin.Call != c.Call.ID) || p.Origin.Turn != "" && c.Status == CallSuspended {
 		return fmt.Errorf("program %q has origin %s", c.Call.ID, p.Origin)
 	}
 	return nil
@@ -480,7 +612,7 @@ func (st *state) checkExec() error {
 			c = &st.Calls[i]
 		}
 	}
-	if c == nil || c.Prog == nil || c.Round != st.Round || c.Prog.Origin.Turn == "" {
+	if c == nil || c.Prog == nil || c.Status != CallRunning || c.Round != st.Round || c.Prog.Origin.Turn == "" {
 		return fmt.Errorf("no running program call %q", st.ExecCall)
 	}
 	if _, err := programSource(c.Call.Arguments); err != nil {
@@ -492,7 +624,7 @@ func (st *state) checkExec() error {
 			open++
 		}
 	}
-	if (st.Phase == phaseChildren) != (open > 0) {
+	if st.Phase == phaseChildren && open == 0 || st.Phase == phaseExec && open > 0 && c.Prog.Decision == nil {
 		return fmt.Errorf("program %q has %d outstanding calls in phase %d", st.ExecCall, open, st.Phase)
 	}
 	return nil

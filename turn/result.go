@@ -159,6 +159,8 @@ type SuspendedCall struct {
 	Call      ToolCall `msgpack:"c"`
 	Ticket    Ticket   `msgpack:"t"`
 	Iteration int      `msgpack:"n"`
+	// Program is a parked program's run, for a program call.
+	Program *ParkedProgram `msgpack:"pg,omitempty"`
 }
 
 // Input is what starts a turn: new messages and decisions for calls that an

@@ -105,7 +105,9 @@ func (m *Machine) run(c *callState) {
 		m.event(EventToolBlocked, c.Call.ID, err.Error())
 		return
 	}
-	c.Prog = &progState{}
+	if c.Prog == nil { // a parked program keeps its run
+		c.Prog = &progState{}
+	}
 	m.event(EventToolStarted, c.Call.ID, c.Call.Name)
 }
 
@@ -239,9 +241,11 @@ func (m *Machine) answer(c *callState) {
 		m.st.Messages = append(m.st.Messages, msg)
 		return
 	case c.Result != nil:
+		c.Prog = nil
 		msg.Text = c.Result.Output
 		msg.Error = c.Status != CallSucceeded
 	default:
+		c.Prog = nil
 		msg.Text, msg.Error = "cancelled", true
 	}
 	m.st.Messages = append(m.st.Messages, msg)

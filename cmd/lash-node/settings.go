@@ -135,7 +135,7 @@ var sections = []cli.Section{
 	{Title: "NATS (default: an embedded server)", Names: []string{"nats", "creds", "user", "password", "tls-cert", "tls-key", "tls-ca", "prefix", "replicas", "inbox-prefix"}},
 	{Title: "Local data and the embedded server", Names: []string{"data", "listen", "embedded-auth"}},
 	{Title: "Model provider (give --script, or --model for an OpenAI-compatible API)", Names: []string{"script", "model", "provider", "base-url", "openai-url", "anthropic-url", "model-timeout", "stream"}},
-	{Title: "Turns (every node of a deployment must agree)", Names: []string{"system", "max-iterations", "token-budget", "max-tool-failures", "decision-wait"}},
+	{Title: "Turns (every node of a deployment must agree)", Names: []string{"system", "max-iterations", "token-budget", "max-tool-failures", "decision-wait", "mode"}},
 	{Title: "Node", Names: []string{"node-id", "concurrency", "lease-ttl", "tool-timeout", "tool-refresh", "mcp-servers", "drain-timeout", "turn-attempts", "max-agents", "max-agents-per-session", "retention", "sweep-every", "secret-file"}},
 	{Title: "Sizes (the deployment's: every node must agree; set when its streams are created)", Names: []string{"max-input", "inline-max", "max-payload"}},
 	{Title: "Live events (the LIVE stream)", Names: []string{"live-retention", "live-max-bytes", "live-storage"}},

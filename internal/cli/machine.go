@@ -17,6 +17,8 @@ type Machine struct {
 	TokenBudget     int64
 	MaxToolFailures int
 	DecisionWait    time.Duration
+	// Mode is how the model acts: tools, both or code (turn.Mode).
+	Mode string
 }
 
 // Register defines the machine flags on fs.
@@ -27,6 +29,17 @@ func (m *Machine) Register(fs *flag.FlagSet) {
 	fs.Int64Var(&m.TokenBudget, "token-budget", 0, "`tokens` per turn before it stops (0: no budget)")
 	fs.IntVar(&m.MaxToolFailures, "max-tool-failures", 0, "failed tool `calls` in a row before the turn stops (0: no limit)")
 	fs.DurationVar(&m.DecisionWait, "decision-wait", 0, "how long a turn whose calls all wait for decisions stays parked before it ends suspended")
+	fs.StringVar(&m.Mode, "mode", "tools", "how the model acts: `tools` (tool calls), code (programs that call the tools: run_program alone) or both")
+}
+
+// mode is the Mode flag as the machine takes it.
+func (m *Machine) mode() (turn.Mode, bool) {
+	for _, mode := range []turn.Mode{turn.ModeTools, turn.ModeBoth, turn.ModeCode} {
+		if m.Mode == mode.String() {
+			return mode, true
+		}
+	}
+	return turn.ModeTools, m.Mode == ""
 }
 
 // Validate checks the settings.
@@ -37,11 +50,15 @@ func (m *Machine) Validate() error {
 	case m.TokenBudget < 0 || m.MaxToolFailures < 0 || m.DecisionWait < 0:
 		return fmt.Errorf("%w: --token-budget, --max-tool-failures and --decision-wait cannot be negative", ErrUsage)
 	}
+	if _, ok := m.mode(); !ok {
+		return fmt.Errorf("%w: --mode %q: want tools, code or both", ErrUsage, m.Mode)
+	}
 	return nil
 }
 
 // Config is the machine's configuration.
 func (m *Machine) Config() turn.Config {
-	return turn.Config{Model: m.ModelName, System: m.System, DecisionWait: m.DecisionWait,
+	mode, _ := m.mode()
+	return turn.Config{Model: m.ModelName, System: m.System, DecisionWait: m.DecisionWait, Mode: mode,
 		Limits: turn.Limits{MaxIterations: m.MaxIterations, TokenBudget: m.TokenBudget, MaxToolFailures: m.MaxToolFailures}}
 }
