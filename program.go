@@ -92,10 +92,10 @@ type progRun struct {
 	// outcomes of (to is past the last); none when from == to.
 	from, to int
 	calls    chan []codemode.Call
-	outs        chan []codemode.Outcome
-	end         chan progResult
-	cancel      context.CancelFunc
-	done        chan struct{}
+	outs     chan []codemode.Outcome
+	end      chan progResult
+	cancel   context.CancelFunc
+	done     chan struct{}
 }
 
 type progResult struct {

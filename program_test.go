@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/lash-run/lash/provider/scripted"
-	"github.com/lash-run/lash/tools/builtin"
 	"github.com/lash-run/lash/testenv"
+	"github.com/lash-run/lash/tools/builtin"
 	"github.com/lash-run/lash/turn"
 )
 
