@@ -68,6 +68,8 @@ type drive struct {
 	// between its effects.
 	tools []turn.ToolSpec
 	prog  *progRun
+	// childRan: this run made a program's call.
+	childRan bool
 }
 
 func (d *drive) st() *state { return d.state }

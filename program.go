@@ -325,6 +325,15 @@ func (d *drive) programCalls(ctx context.Context, e *turn.ProgramCalls) ([]turn.
 		d.replayed++
 	}
 	if slices.IndexFunc(answers, isCancel) < 0 {
+		// A child writes no intent (one write a call less). The first
+		// calls a run makes after another run's records are in doubt, as
+		// the batch after a recorded model answer is: that run may have
+		// started them. Calls after those no other run can have reached.
+		cause := causeOwn
+		if !d.fresh && !d.childRan {
+			cause = causeReplayed
+		}
+		d.childRan = true
 		ectx, done := d.interrupt.begin(ctx)
 		errs := make([]error, len(e.Calls))
 		var wg sync.WaitGroup
@@ -332,7 +341,7 @@ func (d *drive) programCalls(ctx context.Context, e *turn.ProgramCalls) ([]turn.
 			if answers[i] != nil {
 				continue
 			}
-			run := func() { answers[i], errs[i] = d.child(ctx, ectx, e, c) }
+			run := func() { answers[i], errs[i] = d.child(ctx, ectx, c, cause) }
 			if len(e.Calls) == 1 {
 				run()
 			} else {
@@ -409,14 +418,14 @@ func (d *drive) recordChild(ctx context.Context, c turn.ChildCall, a *answer) (*
 }
 
 // child makes one call of a program and records its outcome. A tool call
-// goes the way of any tool call (intent, hooks, its record); a model call
-// and a sleep are recorded once they end.
-func (d *drive) child(ctx, ectx context.Context, e *turn.ProgramCalls, c turn.ChildCall) (*answer, error) {
+// goes the way of any tool call (hooks, its record), in doubt when cause
+// says so; a model call and a sleep are recorded once they end.
+func (d *drive) child(ctx, ectx context.Context, c turn.ChildCall, cause intentCause) (*answer, error) {
 	switch c.Call.Kind {
 	case turn.ChildTool:
 		pc := turn.PendingCall{Call: turn.ToolCall{ID: c.Key.Call, Name: c.Call.Tool, Arguments: c.Call.Args}, Key: c.Key, Hash: c.Hash,
 			Decision: c.Decision}
-		a, _, err := d.toolCall(ctx, ectx, pc, causeNone, false)
+		a, _, err := d.toolCall(ctx, ectx, pc, cause, false)
 		return a, err
 	case turn.ChildModel:
 		var args struct {
