@@ -252,3 +252,18 @@ func BenchmarkClientAPI(b *testing.B) {
 		b.ReportMetric(rs[1].Ratio, "x-commit")
 	})
 }
+
+// BenchmarkPrograms: a program of 8 calls against 8 tool rounds, and one
+// more call in a program's fan-out against one more in a tool round
+// (issue 34: within 1.2x).
+func BenchmarkPrograms(b *testing.B) {
+	modes(b, func(b *testing.B, e *bench.Env, f bench.Floor) {
+		rs, err := bench.Programs(b.Context(), e, max(b.N, 20))
+		if err != nil {
+			b.Fatal(err)
+		}
+		report(b, rs...)
+		b.ReportMetric(rs[0].Ratio, "x-program")
+		b.ReportMetric(rs[1].Ratio, "x-call")
+	})
+}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -53,6 +54,8 @@ type message struct {
 	Calls    []Call    `json:"calls,omitempty"`
 	Outcomes []Outcome `json:"outcomes,omitempty"`
 	Result   *Result   `json:"result,omitempty"`
+	// Last, with a result: the child takes no other program.
+	Last bool `json:"last,omitempty"`
 }
 
 // maxLine bounds a line between sandbox and child: a fan-out's calls or
@@ -106,7 +109,7 @@ func edge(outs []Outcome, lim Limits) []Outcome {
 type child struct {
 	cmd    *exec.Cmd
 	in     io.WriteCloser
-	out    io.ReadCloser
+	out    *lines
 	stderr *boundedBuffer
 	cancel context.CancelFunc // kills it
 }
@@ -146,9 +149,11 @@ func (s *Sandbox) start() (*child, error) {
 	c := &child{cmd: cmd, stderr: &boundedBuffer{max: 64 << 10}, cancel: cancel}
 	cmd.Stderr = c.stderr
 	var err error
+	var out io.ReadCloser
 	if c.in, err = cmd.StdinPipe(); err == nil {
-		c.out, err = cmd.StdoutPipe()
+		out, err = cmd.StdoutPipe()
 	}
+	c.out = newLines(out, maxJob)
 	if err == nil {
 		err = cmd.Start()
 	}
@@ -221,26 +226,29 @@ func (s *Sandbox) Run(ctx context.Context, src string, tools []Tool, host Host, 
 	if err != nil {
 		return Result{}, err
 	}
-	defer func() { go s.refill() }()
+	// A child that ends with its program is replaced ahead; one kept for
+	// the next program needs no other.
+	kept := false
+	defer func() {
+		if !kept {
+			go s.refill()
+		}
+	}()
 	job := message{Source: src, Tools: tools, Limits: &lim}
 	enc := json.NewEncoder(c.in)
 	if enc.Encode(job) != nil {
-		// The child started ahead died waiting: a new one.
-		c.cancel()
-		_ = c.cmd.Wait()
+		// The child waiting for a program died: a new one.
+		c.kill()
 		if c, err = s.start(); err != nil {
 			return Result{}, err
 		}
 		enc = json.NewEncoder(c.in)
 		if err := enc.Encode(job); err != nil {
-			c.cancel()
-			_ = c.cmd.Wait()
+			c.kill()
 			return Result{}, fmt.Errorf("codemode: the sandbox did not take the program: %w", err)
 		}
 	}
-	defer c.cancel()
 	stopOnCtx := context.AfterFunc(ctx, c.cancel)
-	defer stopOnCtx()
 	// The child stays quiet past its bound: killed, with a grace for its
 	// own bound to speak first.
 	var quiet sync.Mutex
@@ -251,16 +259,15 @@ func (s *Sandbox) Run(ctx context.Context, src string, tools []Tool, host Host, 
 		quiet.Unlock()
 		c.cancel()
 	})
-	defer watch.Stop()
 	end := func(res Result, err error) (Result, error) {
 		watch.Stop()
-		c.cancel()
-		_ = c.cmd.Wait()
+		stopOnCtx()
+		c.kill()
 		return res, err
 	}
-	from := newLines(c.out, maxLine(lim))
+	c.out.max = maxLine(lim)
 	for {
-		line, err := from.next()
+		line, err := c.out.next()
 		if err != nil {
 			break // the child died, or wrote past its bounds: its end says why
 		}
@@ -269,6 +276,13 @@ func (s *Sandbox) Run(ctx context.Context, src string, tools []Tool, host Host, 
 			return end(Result{}, fmt.Errorf("codemode: the sandbox said %.200q", line))
 		}
 		if m.Result != nil {
+			// A child that was neither killed nor is done takes the next
+			// program: no process to start for it.
+			if watch.Stop() && stopOnCtx() && !m.Last {
+				c.out.max = maxJob
+				kept = s.keep(c)
+				return *m.Result, nil
+			}
 			return end(*m.Result, nil)
 		}
 		watch.Stop()
@@ -282,6 +296,7 @@ func (s *Sandbox) Run(ctx context.Context, src string, tools []Tool, host Host, 
 		}
 	}
 	watch.Stop()
+	stopOnCtx()
 	c.cancel()
 	werr := c.cmd.Wait()
 	if ctx.Err() != nil {
@@ -295,6 +310,24 @@ func (s *Sandbox) Run(ctx context.Context, src string, tools []Tool, host Host, 
 		why = death(werr, c.stderr.String(), memory, cpu)
 	}
 	return Result{Error: why}, nil
+}
+
+func (c *child) kill() {
+	c.cancel()
+	_ = c.cmd.Wait()
+}
+
+// keep makes a child that ended its program the one for the next, unless
+// there is one, and says whether it did.
+func (s *Sandbox) keep(c *child) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.spare != nil || s.closed {
+		go c.kill()
+		return s.spare != nil
+	}
+	s.spare = c
+	return true
 }
 
 // death says why a child ended without a result.
@@ -346,7 +379,7 @@ func ServeChild() {
 		err = bound(memory, cpu)
 	}
 	if err == nil {
-		err = serveChild(os.Stdin, os.Stdout)
+		err = serveChild(os.Stdin, os.Stdout, memory, cpu)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "codemode child:", err)
@@ -384,25 +417,43 @@ func (warmHost) Do(_ context.Context, calls []Call) ([]Outcome, error) {
 	return make([]Outcome, len(calls)), nil
 }
 
-func serveChild(r io.Reader, w io.Writer) error {
+func serveChild(r io.Reader, w io.Writer, memory int64, cpu time.Duration) error {
 	_, _ = Run(context.Background(), warmUp, []Tool{{Name: "warm-up"}}, warmHost{}, Limits{})
 	from := newLines(r, maxJob)
-	line, err := from.next()
-	if err != nil {
-		return fmt.Errorf("no program came: %w", err)
-	}
-	var job message
-	if err := json.Unmarshal(line, &job); err != nil || job.Limits == nil {
-		return fmt.Errorf("an unreadable job: %v", err)
-	}
-	from.max = maxLine(*job.Limits)
 	enc := json.NewEncoder(w)
-	host := pipeHost{from: from, enc: enc}
-	res, err := Run(context.Background(), job.Source, job.Tools, host, *job.Limits)
-	if err != nil {
-		return err // the sandbox stopped answering: it ends the program
+	for {
+		from.max = maxJob
+		line, err := from.next()
+		if errors.Is(err, io.EOF) && len(line) == 0 {
+			return nil // the sandbox closed: no more programs
+		}
+		if err != nil {
+			return fmt.Errorf("no program came: %w", err)
+		}
+		var job message
+		if err := json.Unmarshal(line, &job); err != nil || job.Limits == nil {
+			return fmt.Errorf("an unreadable job: %v", err)
+		}
+		from.max = maxLine(*job.Limits)
+		res, err := Run(context.Background(), job.Source, job.Tools, pipeHost{from: from, enc: enc}, *job.Limits)
+		if err != nil {
+			return err // the sandbox stopped answering: it ends the program
+		}
+		last := !fresh(memory, cpu)
+		if err := enc.Encode(message{Result: &res, Last: last}); err != nil || last {
+			return err
+		}
 	}
-	return enc.Encode(message{Result: &res})
+}
+
+// fresh says whether a child may take another program: it has spent less
+// than half its CPU time, and its runtime holds less than a quarter of its
+// memory bound (the OS bound counts what the runtime keeps mapped, freed
+// or not, so a program that grew the heap would shrink the next one's).
+func fresh(memory int64, cpu time.Duration) bool {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return cpuSpent() < cpu/2 && int64(ms.Sys) < memory/4
 }
 
 // pipeHost is the host in a child: calls go up the pipe, outcomes come

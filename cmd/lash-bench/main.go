@@ -9,6 +9,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/lash-run/lash/codemode"
 	"os"
 	"strconv"
 	"strings"
@@ -17,7 +18,8 @@ import (
 )
 
 func main() {
-	bench.RunClient() // the client API's clients, in this binary started again
+	codemode.ServeChild() // a program's sandbox, in this binary started again
+	bench.RunClient()     // the client API's clients, likewise
 	if err := run(os.Args[1:]); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "lash-bench:", err)
@@ -33,7 +35,7 @@ func run(args []string) error {
 		fs.PrintDefaults()
 	}
 	modes := fs.String("mode", "fsync,lazy", "fsync modes to measure: fsync (acknowledge after fsync, lash's default), lazy")
-	only := fs.String("only", "latency,effects,concurrency,history,sessions,memory,failover,processes,sleeps,boot,clientapi", "what to measure")
+	only := fs.String("only", "latency,effects,concurrency,history,sessions,memory,failover,processes,sleeps,boot,clientapi,programs", "what to measure")
 	samples := fs.Int("n", 50, "samples per figure (input to commit and history take at least 200, effect cost 400)")
 	conc := fs.String("concurrency", "1,16,64,256", "sessions at once for turns per second")
 	history := fs.String("history", "1,100,1000", "committed turns before the timed ones")
@@ -157,6 +159,13 @@ func measure(ctx context.Context, dir string, sync bool, want map[string]bool, n
 	}
 	if want["clientapi"] {
 		r, err := bench.ClientAPI(ctx, e, n)
+		if err != nil {
+			return err
+		}
+		add(r...)
+	}
+	if want["programs"] {
+		r, err := bench.Programs(ctx, e, n)
 		if err != nil {
 			return err
 		}
