@@ -147,4 +147,3 @@ default
 			Note: fmt.Sprintf("(turn of %d calls - turn of 1) / %d in each mode; %s", programCalls, programCalls-1, note)},
 	}, nil
 }
-
