@@ -298,7 +298,7 @@ func (n *Node) wakeEvent(ctx context.Context, id string) error {
 
 // wakeToRun resumes a parked call by running it again.
 func (n *Node) wakeToRun(ctx context.Context, pc parkedCall) error {
-	return n.resume(ctx, pc, Decision{ID: eventWakeID(pc.call.ID, pc.ticket.Event), CallID: pc.call.ID, Action: "resume", Mode: "replay"})
+	return n.resume(ctx, pc, Decision{ID: eventWakeID(pc.waits, pc.ticket.Event), CallID: pc.call.ID, Action: "resume", Mode: "replay"})
 }
 
 // eventWakeID names the wake of a call parked on an event: per event, as

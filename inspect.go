@@ -24,6 +24,8 @@ type Inspector struct {
 	journal *effectlog.Journal
 	log     *sessionlog.Log
 	ceiling *ceiling
+	// programs replays programs for verify.
+	programs programs
 }
 
 // NewInspector reads the deployment c belongs to.
@@ -386,6 +388,14 @@ func summarizeAnswer(key turn.ReplayKey, a *answer) (string, time.Duration) {
 		s = "model error: " + clip(a.CallErr.Message)
 	case a.Result != nil:
 		s = toolStatus(a.Result.Status) + ": " + strconv.Quote(clip(a.Result.Output))
+	case a.End != nil:
+		s = "program ended"
+		if a.End.Failed {
+			s = "program failed"
+		}
+		s += ": " + strconv.Quote(clip(a.End.Output))
+	case key.Kind == turn.KindProgramCall:
+		s = "slept"
 	case key.Kind == turn.KindSyncTools:
 		s = fmt.Sprintf("%d tools", len(a.Tools))
 	case key.Kind == turn.KindAwaitEvent && a.TimedOut:

@@ -246,12 +246,12 @@ func (n *Node) wakeOnProcessEnd(ctx context.Context, pc parkedCall, p *processes
 		// the one told: a decision under the process's key would be
 		// refused as that key's other content. The call's own key is
 		// the call's alone (the model may hear of the end twice).
-		key = wakeID(pc.call.ID)
+		key = wakeID(pc.waits)
 	case n.proj != nil:
 		if _, used, err := n.proj.InputKey(pc.session, key); err == nil && used {
 			// Told as an input before the call was parked: the call
 			// still needs its answer, under a key of its own.
-			key = wakeID(pc.call.ID)
+			key = wakeID(pc.waits)
 		}
 	}
 	return n.wakeAs(ctx, pc, key, builtin.ProcessOutcome(p))

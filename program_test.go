@@ -182,7 +182,7 @@ func TestProgramParks(t *testing.T) {
 		t.Fatalf("results %+v", res)
 	}
 	sc := res[0].Outcome.Suspended[0]
-	if sc.Call.Name != turn.ProgramTool || sc.Program == nil || len(sc.Program.Calls) != 2 || !strings.Contains(sc.Ticket.Reason, "call_1#1") {
+	if sc.Call.Name != turn.ProgramTool || sc.Program == nil || len(sc.Program.Calls) != 2 || sc.WaitingID() != "call_1#1" || sc.WaitingTool() != "wait_for_approval" {
 		t.Fatalf("suspended %+v", sc)
 	}
 	if _, err := s.Decide(r.ctx, "d1", Decision{ID: "d1", CallID: sc.Call.ID, Action: "resume", Mode: "use-result", Payload: "yes"}); err != nil {

@@ -213,7 +213,7 @@ func (n *Node) parkedFolded(session, call string) (pc parkedCall, found, pending
 	}
 	for _, sc := range calls {
 		if t, ok := parkedTicket(sc); ok && sc.Call.ID == call {
-			return parkedCall{session: session, turn: h.LastTurn, call: sc.Call, ticket: t, pending: h.PendingInputs > 0}, true, false, nil
+			return parkedCall{session: session, turn: h.LastTurn, call: sc.Call, waits: sc.WaitingID(), ticket: t, pending: h.PendingInputs > 0}, true, false, nil
 		}
 	}
 	return pc, false, h.PendingInputs > 0, nil
@@ -238,7 +238,7 @@ func (n *Node) parkedOf(ctx context.Context, session string) ([]parkedCall, erro
 	var out []parkedCall
 	for _, sc := range calls {
 		if t, ok := parkedTicket(sc); ok {
-			out = append(out, parkedCall{session: session, turn: h.LastTurn, call: sc.Call, ticket: t, pending: h.PendingInputs > 0})
+			out = append(out, parkedCall{session: session, turn: h.LastTurn, call: sc.Call, waits: sc.WaitingID(), ticket: t, pending: h.PendingInputs > 0})
 		}
 	}
 	return out, nil

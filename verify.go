@@ -233,9 +233,36 @@ func (i *Inspector) verifyTurn(ctx context.Context, cfg turn.Config, session, tu
 		v.Replayed++
 		return a, true
 	}
+	var tools []turn.ToolSpec // as the turn synced them
 	for {
 		switch e := mach.Next().(type) {
 		case *turn.Progress, *turn.Emit:
+		case *turn.ExecCode:
+			if _, ok := recorded[e.H.Key]; !ok {
+				d, note, err := i.verifyProgram(ctx, mach, e, tools, recorded)
+				switch {
+				case err != nil:
+					return v, err
+				case d != nil:
+					v.Verdict, v.Divergence = "diverged", d
+					return v, nil
+				case note != "":
+					v.Verdict, v.Note = "unverifiable", note
+					return v, nil
+				}
+				continue
+			}
+			a, ok := recordedAt(e.H.Key, e.H.Hash, renderRequest(e))
+			if !ok {
+				return v, nil
+			}
+			r, err := a.result(e.Kind(), e.H.ID)
+			if err == nil {
+				err = mach.Deliver(r)
+			}
+			if err != nil {
+				return v, err
+			}
 		case *turn.Done:
 			if d := compareOutcome(&committed.Outcome, &e.Outcome); d != "" {
 				v.Verdict = "diverged"
@@ -308,6 +335,9 @@ func (i *Inspector) verifyTurn(ctx context.Context, cfg turn.Config, session, tu
 			r, err := a.result(e.Kind(), h.ID)
 			if err != nil {
 				return v, err
+			}
+			if synced, ok := r.(turn.ToolsSynced); ok {
+				tools = synced.Tools
 			}
 			if err := mach.Deliver(r); err != nil {
 				return v, err

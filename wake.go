@@ -26,7 +26,10 @@ type parkedCall struct {
 	session string
 	turn    string // the commit that left it suspended
 	call    turn.ToolCall
-	ticket  builtin.Ticket
+	// waits names what waits: the call, or the call a parked program waits
+	// on (turn.SuspendedCall.WaitingID), whose wake is its own.
+	waits  string
+	ticket builtin.Ticket
 	// pending is set when the session has inputs waiting.
 	pending bool
 }
@@ -266,7 +269,7 @@ func (s *Session) wakeAfterCommit(ctx context.Context, turnID string, suspended 
 		t, ok := parkedTicket(sc)
 		if ok && t.Kind == builtin.EventTicket && n.validTicket(t) {
 			if _, err := n.resolutionOf(ctx, t.Event); err == nil {
-				if err := n.wakeToRun(ctx, parkedCall{session: s.id, turn: turnID, call: sc.Call, ticket: t}); err != nil && ctx.Err() == nil {
+				if err := n.wakeToRun(ctx, parkedCall{session: s.id, turn: turnID, call: sc.Call, waits: sc.WaitingID(), ticket: t}); err != nil && ctx.Err() == nil {
 					n.opts.logger.Warn("waking an event wait", "session", s.id, "call", sc.Call.ID, "err", err)
 				}
 			}
@@ -275,7 +278,7 @@ func (s *Session) wakeAfterCommit(ctx context.Context, turnID string, suspended 
 		if !ok || t.Kind != builtin.SignalTicket {
 			continue
 		}
-		pc := parkedCall{session: s.id, turn: turnID, call: sc.Call, ticket: t}
+		pc := parkedCall{session: s.id, turn: turnID, call: sc.Call, waits: sc.WaitingID(), ticket: t}
 		if err := n.wakeOnLastSignal(ctx, pc); err != nil && ctx.Err() == nil {
 			n.opts.logger.Warn("waking a signal wait", "session", s.id, "call", sc.Call.ID, "err", err)
 		}
@@ -286,19 +289,20 @@ func (s *Session) wakeAfterCommit(ctx context.Context, turnID string, suspended 
 // tool's name must match: a tool served elsewhere may write any ticket.
 func parkedTicket(sc turn.SuspendedCall) (builtin.Ticket, bool) {
 	t, ok := builtin.ParseTicket(sc.Ticket.Reason)
+	tool := sc.WaitingTool() // a parked program's is the tool of the call it waits on
 	switch {
 	case !ok:
 		return t, false
 	case t.Kind == builtin.SleepTicket:
-		return t, sc.Call.Name == builtin.SleepTool
+		return t, tool == builtin.SleepTool
 	case t.Kind == builtin.SignalTicket:
-		return t, sc.Call.Name == builtin.SignalTool
+		return t, tool == builtin.SignalTool
 	case t.Kind == builtin.ProcessTicket:
-		return t, sc.Call.Name == builtin.ProcessAwaitTool
+		return t, tool == builtin.ProcessAwaitTool
 	case t.Kind == builtin.EventTicket:
 		return t, true // any tool's; its signature is checked before anything is armed or woken
 	}
-	return t, sc.Call.Name == builtin.ApprovalTool
+	return t, tool == builtin.ApprovalTool
 }
 
 // wake appends the decision that resumes a parked call with payload as its
@@ -307,7 +311,7 @@ func parkedTicket(sc turn.SuspendedCall) (builtin.Ticket, bool) {
 // two signals, or across later turns that leave it parked, append it once
 // within the dedupe window.
 func (n *Node) wake(ctx context.Context, pc parkedCall, payload string) error {
-	return n.wakeAs(ctx, pc, wakeID(pc.call.ID), payload)
+	return n.wakeAs(ctx, pc, wakeID(pc.waits), payload)
 }
 
 // wakeAs is wake with the decision's id (and input key) given.
@@ -377,7 +381,7 @@ func parkedIn(p *projector.Projector) ([]parkedCall, error) {
 		}
 		for _, sc := range calls {
 			if t, ok := parkedTicket(sc); ok {
-				out = append(out, parkedCall{session: h.Session, turn: h.LastTurn, call: sc.Call, ticket: t, pending: h.PendingInputs > 0})
+				out = append(out, parkedCall{session: h.Session, turn: h.LastTurn, call: sc.Call, waits: sc.WaitingID(), ticket: t, pending: h.PendingInputs > 0})
 			}
 		}
 	}

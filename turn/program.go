@@ -219,10 +219,10 @@ func (p *progState) parked() *ParkedProgram {
 	return &ParkedProgram{Calls: p.Children, Batch: p.Batch, Waits: p.Waits}
 }
 
-// known is the calls before the first without an outcome.
+// known is the calls before the first without an outcome, or waiting.
 func (p *progState) known() []ProgramChild {
 	for i, ch := range p.Children {
-		if ch.Outcome == nil {
+		if ch.Outcome == nil || ch.Outcome.Status == ChildPending {
 			return p.Children[:i:i]
 		}
 	}
@@ -433,23 +433,31 @@ func (m *Machine) onChildren(r ProgramResults) {
 		}
 		o := r.Outcomes[j]
 		j++
-		id := ChildKey(p.Origin, ch.Call.Ordinal).Call
-		m.event(EventProgramOutcome, id, o.Status.String())
+		m.event(EventProgramOutcome, ChildKey(p.Origin, ch.Call.Ordinal).Call, o.Status.String())
 		if p.Waits == i+1 {
-			p.Waits, p.Decision = 0, nil // the decided call ran
+			p.Waits, p.Decision = 0, nil // the decided call ran again
 		}
-		if o.Status != ChildPending {
-			ch.Outcome = &o
-		} else if p.Waits == 0 {
-			p.Waits = i + 1
-			c.Ticket = Ticket{Reason: id + ": " + o.Error}
-		}
+		ch.Outcome = &o
 	}
-	if p.Waits != 0 {
-		// A call waits for a decision: the program parks, its calls kept;
-		// the run that resumes it is a segment of its own.
-		c.Status, p.Origin = CallSuspended, ReplayKey{}
-		m.event(EventToolSuspended, c.Call.ID, c.Ticket.Reason)
+	m.parkOrGo(c)
+}
+
+// parkOrGo parks the program on the first of its calls that waits for a
+// decision, or runs it on. A call that waits keeps its pending outcome: it
+// runs no more, and each such call's decision comes in turn.
+func (m *Machine) parkOrGo(c *callState) {
+	p := c.Prog
+	for i, ch := range p.Children {
+		if ch.Outcome == nil || ch.Outcome.Status != ChildPending {
+			continue
+		}
+		// The program call waits for what its call waits for: the ticket
+		// is that call's, so a node that wakes built-in waits wakes this
+		// one (SuspendedCall.WaitingTool). The run that resumes it is a
+		// segment of its own.
+		p.Waits, p.Decision, p.Origin = i+1, nil, ReplayKey{}
+		c.Status, c.Ticket = CallSuspended, Ticket{Reason: ch.Outcome.Error}
+		m.event(EventToolSuspended, c.Call.ID, ChildKey(ReplayKey{Call: c.Call.ID}, i).Call+": "+c.Ticket.Reason)
 		m.nextProgram()
 		return
 	}
@@ -464,6 +472,7 @@ func (m *Machine) resumeBatch(c *callState) {
 	ch := &p.Children[p.Waits-1]
 	id := ChildKey(p.Origin, ch.Call.Ordinal).Call
 	d := p.Decision
+	ch.Outcome = nil // it waits no more
 	switch {
 	case d.Action == CancelCall:
 		ch.Outcome = &ProgramOutcome{Status: ChildFailed, Error: "cancelled by decision " + d.ID}
@@ -473,16 +482,11 @@ func (m *Machine) resumeBatch(c *callState) {
 	if ch.Outcome != nil {
 		m.event(EventProgramOutcome, id, ch.Outcome.Status.String())
 		p.Waits, p.Decision = 0, nil
-	} else {
-		m.event(EventProgramCall, id, "again, decision "+d.ID)
+		m.parkOrGo(c)
+		return
 	}
-	for _, ch := range p.Children {
-		if ch.Outcome == nil {
-			m.step(phaseChildren) // the call that runs again, and any other that waits
-			return
-		}
-	}
-	m.step(phaseExec)
+	m.event(EventProgramCall, id, "again, decision "+d.ID)
+	m.step(phaseChildren)
 }
 
 // jsonValue is a decision's payload as a program's value: its JSON when
@@ -575,7 +579,8 @@ func (c *callState) checkProgram() error {
 		return fmt.Errorf("call %q keeps a program's run while %s", c.Call.ID, c.Status)
 	}
 	if p.Waits < 0 || p.Waits > len(p.Children) || p.Batch < 0 || p.Batch > len(p.Children) ||
-		(p.Waits != 0) != (c.Status == CallSuspended || p.Decision != nil) || p.Waits != 0 && p.Waits <= p.Batch {
+		(p.Waits != 0) != (c.Status == CallSuspended || p.Decision != nil) || p.Waits != 0 && p.Waits <= p.Batch ||
+		p.Waits != 0 && p.Decision == nil && (p.Children[p.Waits-1].Outcome == nil || p.Children[p.Waits-1].Outcome.Status != ChildPending) {
 		return fmt.Errorf("program %q waits on %d of %d calls (batch %d)", c.Call.ID, p.Waits, len(p.Children), p.Batch)
 	}
 	if len(p.Children) > maxCount {
@@ -587,7 +592,7 @@ func (c *callState) checkProgram() error {
 			return fmt.Errorf("program %q has call %d with ordinal %d and kind %d", c.Call.ID, i, ch.Call.Ordinal, ch.Call.Kind)
 		case ch.Outcome == nil && i < p.Batch:
 			return fmt.Errorf("program %q has call %d without an outcome before its last batch", c.Call.ID, i)
-		case ch.Outcome != nil && (ch.Outcome.Status < ChildOK || ch.Outcome.Status > ChildCancelled):
+		case ch.Outcome != nil && (ch.Outcome.Status < ChildOK || ch.Outcome.Status > ChildPending):
 			return fmt.Errorf("program %q has call %d with outcome status %d", c.Call.ID, i, ch.Outcome.Status)
 		}
 	}
@@ -628,4 +633,23 @@ func (st *state) checkExec() error {
 		return fmt.Errorf("program %q has %d outstanding calls in phase %d", st.ExecCall, open, st.Phase)
 	}
 	return nil
+}
+
+// WaitingTool is the tool whose ticket a suspended call holds: its own, or
+// for a parked program the tool of the call it waits on.
+func (sc SuspendedCall) WaitingTool() string {
+	if p := sc.Program; p != nil && p.Waits > 0 && p.Waits <= len(p.Calls) && p.Calls[p.Waits-1].Call.Kind == ChildTool {
+		return p.Calls[p.Waits-1].Call.Tool
+	}
+	return sc.Call.Name
+}
+
+// WaitingID names what a suspended call waits on: the call, or for a parked
+// program the call it waits on (its id, # and the call's ordinal). Each
+// call a program waits on in turn is woken under an id of its own.
+func (sc SuspendedCall) WaitingID() string {
+	if p := sc.Program; p != nil && p.Waits > 0 {
+		return ChildKey(ReplayKey{Call: sc.Call.ID}, p.Waits-1).Call
+	}
+	return sc.Call.ID
 }

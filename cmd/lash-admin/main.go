@@ -15,6 +15,7 @@ package main
 
 import (
 	"context"
+	"github.com/lash-run/lash/codemode"
 	"os"
 	"os/signal"
 	"syscall"
@@ -25,6 +26,7 @@ import (
 var version = ""
 
 func main() {
+	codemode.ServeChild() // when started as the sandbox of a program verify replays
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	go func() {
 		// The first signal cancels the command; the second kills it.
