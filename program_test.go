@@ -1,6 +1,8 @@
 package lash
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -200,5 +202,56 @@ func TestProgramParks(t *testing.T) {
 	}
 	if r.runs.runs["Oslo"] != 1 || r.runs.runs["Lima"] != 1 {
 		t.Fatalf("tool runs %v", r.runs.runs)
+	}
+}
+
+const sleepProgramScript = `
+rule program
+  when tools = 0
+  call run_program {"program": "naps = parallel([call(tool, 'sleep', seconds=1), call(tool, 'sleep', seconds=1)])\nresult = weather(city='Pune')"}
+
+default
+  say rested
+`
+
+// A program whose calls wait on the node's own wakes (here two durable
+// sleeps at once) parks on each in turn and is woken by the node's timers,
+// under each waiting call's id, until it ends.
+func TestProgramSleepsDurably(t *testing.T) {
+	r := newRig(t)
+	r.models = testenv.RunModelServer(t, scripted.MustParse(sleepProgramScript))
+	reg := r.runs.registry(t)
+	if err := builtin.Register(reg, "lash", time.Now); err != nil {
+		t.Fatal(err)
+	}
+	n := r.node("a", append(programCalls.opts, WithTools(reg), WithProjection(t.TempDir()))...)
+	ctx, cancel := context.WithCancel(r.ctx)
+	done := make(chan struct{}, 2)
+	go func() { n.Serve(ctx); done <- struct{}{} }()
+	go func() { n.Wake(ctx); done <- struct{}{} }()
+	t.Cleanup(func() { cancel(); <-done; <-done })
+	s := n.Session("s1")
+	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "rest, then Pune"}); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []turn.Message
+	testenv.WaitFor(t, 30*time.Second, func() error {
+		var err error
+		if msgs, err = s.Transcript(r.ctx); err != nil {
+			return err
+		}
+		if len(msgs) == 0 || msgs[len(msgs)-1].Text != "rested" {
+			return fmt.Errorf("the session holds %d messages, not yet the answer", len(msgs))
+		}
+		return nil
+	})
+	var ended []string
+	for _, m := range msgs {
+		if m.Role == turn.RoleTool && !m.Pending {
+			ended = append(ended, m.Text)
+		}
+	}
+	if len(ended) != 1 || ended[0] != `result: "33C sun"` || r.runs.runs["Pune"] != 1 {
+		t.Fatalf("program results %q, tool runs %v\n%s", ended, r.runs.runs, describeTranscript(msgs))
 	}
 }
