@@ -10,7 +10,7 @@
 // only in a process the OS bounds: Sandbox.Run runs one in a child
 // process with memory and CPU limits (on Linux; elsewhere the runtime's
 // soft memory limit only), killed when quiet past its bound (ADR 0042).
-// Nothing in lash runs programs yet.
+// A lash node runs its model's programs so (its run_program tool).
 //
 // Every call a program makes (a tool, llm(...), sleep(...)) goes through
 // a Host at its ordinal, the call's place in the program's order. Run
@@ -29,7 +29,7 @@
 //	tool("name-with.dots", ...)     a tool whose name is no Starlark name,
 //	                                or is Starlark's or another tool's
 //	llm("prompt", ...)              the model; its answer
-//	sleep(seconds)                  a durable sleep
+//	sleep(seconds)                  a sleep, recorded once it ends
 //	attempt(get_weather, city=...)  the call, its outcome a value:
 //	                                struct(ok, value, error, cancelled)
 //	parallel([call(get_weather, city="Oslo"), ...])

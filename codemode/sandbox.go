@@ -19,15 +19,17 @@ import (
 
 // ChildEnv, set in a process's environment, makes it a sandbox's child:
 // a binary whose programs run in a Sandbox calls ServeChild first thing
-// (this package's tests do; nothing in lash runs programs yet).
+// (lash-node, lash-admin, lash-bench and the tests that run programs do).
 const ChildEnv = "LASH_CODEMODE_CHILD"
 
 // Sandbox runs programs each in a child process the OS bounds: on Linux,
 // memory (RLIMIT_DATA, with the Go runtime's soft limit below it) and CPU
 // time (RLIMIT_CPU); elsewhere the soft limit only. The child is killed
-// when it stays quiet, neither calling nor ending, past its bound. A child is started ahead for the next program,
-// so a program seldom waits for a process to start; Close stops it (a
-// child whose parent is gone ends when its stdin does). What the interpreter cannot bound (ADR 0042: one
+// when it stays quiet, neither calling nor ending, past its bound. A
+// child that ends its program fresh takes the next one, and otherwise one
+// is started ahead for it, so a program seldom waits for a process to
+// start; Close stops the one waiting (a child whose parent is gone ends
+// when its stdin does). What the interpreter cannot bound (ADR 0042: one
 // expression building gigabytes, one builtin recursing for minutes) ends
 // the child, and the program with a readable error, never the node.
 type Sandbox struct {
