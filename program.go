@@ -333,7 +333,9 @@ func (d *drive) programCalls(ctx context.Context, e *turn.ProgramCalls) ([]turn.
 		if !d.fresh && !d.childRan {
 			cause = causeReplayed
 		}
-		d.childRan = true
+		if slices.Contains(answers, nil) {
+			d.childRan = true
+		}
 		ectx, done := d.interrupt.begin(ctx)
 		errs := make([]error, len(e.Calls))
 		var wg sync.WaitGroup

@@ -1,0 +1,72 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lash-run/lash/testenv"
+)
+
+const programScript = `
+rule program
+  when tools = 0
+  call run_program {"program": "a = t_count(step=1)\nb = t_slow(step=2)\nc = t_count(step=3)\nresult = [a, b, c]"}
+
+default
+  say counted
+`
+
+// A lash-node killed with SIGKILL while its program's second call runs:
+// another node runs the program again from its start. The first call,
+// recorded, does not run again; the second, started and not recorded, runs
+// again in doubt; the third runs once; the model is asked each thing once.
+func TestProgramSIGKILL(t *testing.T) {
+	d := newDeployment(t)
+	count := serveCount(t, d.url, "t_count", 2, 0)
+	gate := make(chan struct{})
+	slow := serveGated(t, d.url, "t_slow", 8, 0, gate)
+	victim := d.node("victim", programScript, "--mode", "code")
+	d.send("p1", "k1", []byte(`{"text":"count"}`))
+	testenv.WaitFor(t, 30*time.Second, func() error {
+		if begins, _ := slow.calls(); len(begins) == 0 {
+			return fmt.Errorf("the slow call has not begun")
+		}
+		return nil
+	})
+	victim.kill()
+	d.node("survivor", programScript, "--mode", "code")
+	testenv.WaitFor(t, 30*time.Second, func() error {
+		if begins, _ := slow.calls(); len(begins) < 2 {
+			return fmt.Errorf("the slow call has not begun again")
+		}
+		return nil
+	})
+	close(gate)
+	msgs := d.waitAnswer("p1", "counted")
+	var results []string
+	for _, m := range msgs {
+		if m.Role == "tool" {
+			results = append(results, m.Text)
+		}
+	}
+	if len(results) != 1 || results[0] != `result: ["ok","ok","ok"]` {
+		t.Fatalf("the program's results: %q", results)
+	}
+	counts, _ := count.calls()
+	keys := map[string]int{}
+	for _, c := range counts {
+		keys[c.key]++
+		if c.attempt != 1 || c.inDoubt {
+			t.Errorf("t_count %s ran as attempt %d, in doubt %v", c.key, c.attempt, c.inDoubt)
+		}
+	}
+	if len(counts) != 2 || len(keys) != 2 {
+		t.Fatalf("t_count ran %d times for %d keys: %v", len(counts), len(keys), keys)
+	}
+	slows, _ := slow.calls()
+	if len(slows) != 2 || slows[0].key != slows[1].key || slows[1].attempt != 2 || !slows[1].inDoubt || !strings.HasSuffix(slows[0].key, "#1") {
+		t.Fatalf("t_slow ran %+v: want once, then again in doubt", slows)
+	}
+}
