@@ -367,33 +367,47 @@ func (m *Machine) onExec(r ExecResult) {
 	c.Prog.Batch = len(c.Prog.Children)
 	asked := 0
 	for _, call := range r.Calls {
-		ch := ProgramChild{Call: call}
 		id := ChildKey(c.Prog.Origin, call.Ordinal).Call
-		if why := m.refuseChild(call); why != "" {
-			ch.Outcome = &ProgramOutcome{Status: ChildFailed, Error: why}
-			m.event(EventProgramRefused, id, why)
-		} else {
+		ch := ProgramChild{Call: call, Outcome: m.gateChild(call, id)}
+		if ch.Outcome == nil {
 			asked++
 			m.event(EventProgramCall, id, describeChild(call))
 		}
 		c.Prog.Children = append(c.Prog.Children, ch)
 	}
 	if asked == 0 {
-		m.step(phaseExec)
+		m.parkOrGo(c)
 		return
 	}
 	m.step(phaseChildren)
 }
 
-// refuseChild says why a program's call cannot run, or "".
-func (m *Machine) refuseChild(c ProgramCall) string {
+// gateChild gates a program's tool call as the model's are: a tool not in
+// the catalog (or the program tool) fails, and BeforeTool may block it
+// (it fails) or suspend it (it waits, and the program parks on it). It
+// returns the outcome that stands in for the call, or nil to run it.
+func (m *Machine) gateChild(c ProgramCall, id string) *ProgramOutcome {
 	if c.Kind != ChildTool {
-		return ""
+		return nil
 	}
 	if c.Tool == ProgramTool || !m.inCatalog(c.Tool) {
-		return fmt.Sprintf("unknown tool %q", c.Tool)
+		why := fmt.Sprintf("unknown tool %q", c.Tool)
+		m.event(EventProgramRefused, id, why)
+		return &ProgramOutcome{Status: ChildFailed, Error: why}
 	}
-	return ""
+	h := m.cfg.Hooks.BeforeTool
+	if h == nil {
+		return nil
+	}
+	switch g := h(m.view(), ToolCall{ID: id, Name: c.Tool, Arguments: c.Args}); g.Verdict {
+	case Block:
+		m.event(EventProgramRefused, id, g.Reason)
+		return &ProgramOutcome{Status: ChildFailed, Error: "blocked: " + g.Reason}
+	case Suspend:
+		m.event(EventProgramCall, id, describeChild(c)+", suspended: "+g.Ticket.Reason)
+		return &ProgramOutcome{Status: ChildPending, Error: g.Ticket.Reason}
+	}
+	return nil
 }
 
 func describeChild(c ProgramCall) string {
