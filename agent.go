@@ -2,6 +2,7 @@ package lash
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -83,7 +84,7 @@ func (n *Node) newProfile(s nodeSettings, model Model) (*profile, error) {
 		}
 		// The node's hooks stay; what the agent says replaces the rest.
 		p.config.Model, p.config.System, p.config.Sampling, p.config.Limits = c.Model, c.System, c.Sampling, c.Limits
-		p.config.DecisionWait, p.config.GracePrompt = c.DecisionWait, c.GracePrompt
+		p.config.DecisionWait, p.config.GracePrompt, p.config.Mode = c.DecisionWait, c.GracePrompt, c.Mode
 		p.allow = make(map[string]bool, len(s.Tools))
 		for _, t := range s.Tools {
 			p.allow[t] = true
@@ -115,6 +116,10 @@ func agentSettings(base Settings, r *agents.Record) Settings {
 	}
 	if w, err := time.ParseDuration(l.DecisionWait); err == nil && l.DecisionWait != "" {
 		s.DecisionWait = w.String()
+	}
+	s.Mode, s.ProgramCalls = "", 0 // the agent's own, not the default agent's
+	if d.Mode != "" && d.Mode != turn.ModeTools.String() {
+		s.Mode, s.ProgramCalls = d.Mode, cmp.Or(l.ProgramCalls, turn.DefaultProgramCalls)
 	}
 	return s
 }

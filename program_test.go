@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lash-run/lash/agents"
 	"github.com/lash-run/lash/provider/scripted"
 	"github.com/lash-run/lash/testenv"
 	"github.com/lash-run/lash/tools/builtin"
@@ -253,5 +254,30 @@ func TestProgramSleepsDurably(t *testing.T) {
 	}
 	if len(ended) != 1 || ended[0] != `result: "33C sun"` || r.runs.runs["Pune"] != 1 {
 		t.Fatalf("program results %q, tool runs %v\n%s", ended, r.runs.runs, describeTranscript(msgs))
+	}
+}
+
+// An agent's definition names its mode: its sessions run programs, the
+// default agent's sessions on the same node call tools.
+func TestAgentInCodeMode(t *testing.T) {
+	r := newRig(t)
+	r.models = testenv.RunModelServer(t, scripted.MustParse(programScript))
+	n := r.node("a", WithProviders(providersOf(t, r.models, "openai")))
+	applyAgent(t, n, &agents.Definition{Name: "coder", Instructions: "You write programs.", Provider: "openai", Model: "g",
+		Tools: []string{"weather"}, Mode: "code", Limits: agents.Limits{ProgramCalls: 10}})
+	// The model always answers with a program: the coder's runs, the
+	// default agent's is a call of a tool it does not have.
+	for agent, want := range map[string]string{"coder": "result: [", "": `blocked: unknown tool "run_program"`} {
+		s := n.Session("s-" + agent)
+		if _, _, err := s.Send(r.ctx, "k", Input{Text: "Weather in Oslo, Lima and Pune?", Agent: agent}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.Run(r.ctx)
+		if err != nil || len(res) != 1 || res[0].Outcome.Termination.Reason != turn.NaturalEnd {
+			t.Fatalf("%q: %+v, %v", agent, res, err)
+		}
+		if msgs := res[0].Outcome.Messages; len(msgs) < 3 || !strings.HasPrefix(msgs[2].Text, want) {
+			t.Fatalf("%q: transcript\n%s", agent, describeTranscript(msgs))
+		}
 	}
 }

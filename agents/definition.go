@@ -59,7 +59,11 @@ type Definition struct {
 	Parameters Parameters `json:"parameters,omitzero" yaml:"parameters,omitempty"`
 	// Tools are the only tools its turns are offered, built-ins included,
 	// by name; none when empty.
-	Tools     []string  `json:"tools,omitempty" yaml:"tools,omitempty"`
+	Tools []string `json:"tools,omitempty" yaml:"tools,omitempty"`
+	// Mode is how its model acts: "tools" (the default: tool calls),
+	// "code" (programs that call the tools, through run_program alone) or
+	// "both".
+	Mode      string    `json:"mode,omitempty" yaml:"mode,omitempty"`
 	Limits    Limits    `json:"limits,omitzero" yaml:"limits,omitempty"`
 	SubAgents SubAgents `json:"sub_agents,omitzero" yaml:"sub_agents,omitempty"`
 	Hooks     Hooks     `json:"hooks,omitzero" yaml:"hooks,omitempty"`
@@ -94,7 +98,16 @@ type Limits struct {
 	// DecisionWait is how long a call waits for an approval before it
 	// parks, as Go writes a duration ("30s", "10m").
 	DecisionWait string `json:"decision_wait,omitempty" yaml:"decision_wait,omitempty"`
+	// ProgramCalls bounds the calls one program makes, in code and both
+	// modes (1 to 1000).
+	ProgramCalls int `json:"program_calls,omitempty" yaml:"program_calls,omitempty"`
 }
+
+// Modes are the modes a definition may name.
+var Modes = []string{"tools", "code", "both"}
+
+// MaxProgramCalls bounds Limits.ProgramCalls: the program's own bound.
+const MaxProgramCalls = 1000
 
 // SubAgents is what spawn_agent may start from a session of the agent.
 type SubAgents struct {
@@ -166,6 +179,10 @@ func (d *Definition) Check(known func(tool string) bool) error {
 		return bad("parameters.top_p: 0 to 1")
 	case d.Limits.MaxIterations < 0 || d.Limits.TokenBudget < 0 || d.Limits.MaxToolFailures < 0:
 		return bad("limits are zero (the default) or positive")
+	case d.Mode != "" && !slices.Contains(Modes, d.Mode):
+		return bad("mode %q: one of %s", clip(d.Mode), strings.Join(Modes, ", "))
+	case d.Limits.ProgramCalls < 0 || d.Limits.ProgramCalls > MaxProgramCalls:
+		return bad("limits.program_calls: 0 (the default) to %d", MaxProgramCalls)
 	case d.SubAgents.MaxDepth < 0 || d.SubAgents.MaxDepth > MaxSubAgentDepth:
 		return bad("sub_agents.max_depth: 0 to %d", MaxSubAgentDepth)
 	case len(d.SubAgents.Agents) > MaxSubAgents:
