@@ -3,6 +3,7 @@ package lash
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -279,5 +280,83 @@ func TestAgentInCodeMode(t *testing.T) {
 		if msgs := res[0].Outcome.Messages; len(msgs) < 3 || !strings.HasPrefix(msgs[2].Text, want) {
 			t.Fatalf("%q: transcript\n%s", agent, describeTranscript(msgs))
 		}
+	}
+}
+
+// A node that dies at any boundary of a program that parks, or of its
+// resumed run, leaves the session to another: the program parks once, its
+// resumed run ends once, each tool runs once and the model is asked each
+// thing once.
+func TestProgramCrashWhileParked(t *testing.T) {
+	for _, b := range []string{"after-record tool call_1#1", "before-commit", "after-commit",
+		"before-record tool call_1#2", "after-record tool call_1#2", "before-record program call_1", "after-record program call_1"} {
+		t.Run(strings.ReplaceAll(b, " ", "_"), func(t *testing.T) {
+			r := newRig(t)
+			r.models = testenv.RunModelServer(t, scripted.MustParse(parkProgramScript))
+			reg := r.runs.registry(t)
+			if err := builtin.Register(reg, "lash", time.Now); err != nil {
+				t.Fatal(err)
+			}
+			opts := append(programCalls.opts, WithTools(reg))
+			conn := r.conn()
+			hits := 0
+			first := r.nodeOn(conn, "first", append(slices.Clip(opts), withBoundary(func(name string) error {
+				if name == b {
+					if hits++; hits == 1 {
+						conn.Close()
+						return errCrash
+					}
+				}
+				return nil
+			}))...)
+			alive := first
+			// run runs the session on the live node, or, once the first
+			// died, on a second one.
+			run := func() {
+				t.Helper()
+				if alive == first {
+					if _, err := first.Session("s1").Run(r.ctx); err == nil {
+						return
+					} else if hits == 0 {
+						t.Fatal(err)
+					}
+					first.Close(context.Background())
+					alive = r.node("second", opts...)
+				}
+				runUntilFree(t, alive.Session("s1"))
+			}
+			if _, _, err := first.Session("s1").Send(r.ctx, "k1", Input{Text: "ship it"}); err != nil {
+				t.Fatal(err)
+			}
+			run()
+			if _, err := alive.Session("s1").Decide(r.ctx, "d1", Decision{ID: "d1", CallID: "call_1", Action: "resume", Mode: "use-result", Payload: "yes"}); err != nil {
+				t.Fatal(err)
+			}
+			run()
+			if hits != 1 {
+				t.Fatalf("the boundary was passed %d times", hits)
+			}
+			tr, err := alive.Session("s1").Transcript(r.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ended []string
+			for _, m := range tr {
+				if m.Role == turn.RoleTool && !m.Pending {
+					ended = append(ended, m.Text)
+				}
+			}
+			if len(ended) != 1 || ended[0] != `result: ["2C snow","yes","18C grey"]` || tr[len(tr)-1].Text != "shipped" {
+				t.Fatalf("transcript:\n%s", describeTranscript(tr))
+			}
+			if r.runs.runs["Oslo"] != 1 || r.runs.runs["Lima"] != 1 {
+				t.Fatalf("tool runs %v", r.runs.runs)
+			}
+			for _, h := range r.models.Seen() {
+				if c := r.models.Count(h.Hash); c != 1 {
+					t.Errorf("model request %s made %d times", h.Summary, c)
+				}
+			}
+		})
 	}
 }
