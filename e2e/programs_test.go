@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/lash-run/lash/nodeapi"
 	"github.com/lash-run/lash/testenv"
 )
 
@@ -67,6 +70,67 @@ func TestProgramSIGKILL(t *testing.T) {
 	}
 	slows, _ := slow.calls()
 	if len(slows) != 2 || slows[0].key != slows[1].key || slows[1].attempt != 2 || !slows[1].inDoubt || !strings.HasSuffix(slows[0].key, "#1") {
+		t.Fatalf("t_slow ran %+v: want once, then again in doubt", slows)
+	}
+}
+
+// A program started as a background process (process_start of the program
+// tool) survives the SIGKILL of the node running it and completes once: its
+// recorded call does not run again, the one running at the kill runs again
+// in doubt, and the process ends once, completed, with the program's result.
+func TestBackgroundProgramSIGKILL(t *testing.T) {
+	d := newDeployment(t)
+	count := serveCount(t, d.url, "t_count", 2, 0)
+	gate := make(chan struct{})
+	slow := serveGated(t, d.url, "t_slow", 8, 0, gate)
+	victim := d.node("victim", programScript)
+	api := nodeapi.NewClient(d.nc, "")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	args, _ := json.Marshal(map[string]any{"program": "a = t_count(step=1)\nb = t_slow(step=2)\nc = t_count(step=3)\nresult = [a, b, c]",
+		"requires": []string{"t_count", "t_slow"}})
+	if _, err := api.ProcessStart(ctx, nodeapi.ProcessStartRequest{ID: "nightly", Tool: "program", Args: args}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, func() error {
+		if begins, _ := slow.calls(); len(begins) == 0 {
+			return fmt.Errorf("the slow call has not begun")
+		}
+		return nil
+	})
+	victim.kill()
+	d.node("survivor", programScript)
+	testenv.WaitFor(t, 30*time.Second, func() error {
+		if begins, _ := slow.calls(); len(begins) < 2 {
+			return fmt.Errorf("the slow call has not begun again")
+		}
+		return nil
+	})
+	close(gate)
+	var ps processList
+	testenv.WaitFor(t, 30*time.Second, func() error {
+		ps = processList{}
+		if err := d.tryAdmin(&ps, "processes", "ls"); err != nil {
+			return err
+		}
+		if len(ps.Processes) != 1 || ps.Processes[0].Status != "completed" {
+			return fmt.Errorf("processes %+v", ps.Processes)
+		}
+		return nil
+	})
+	st, err := api.ProcessStatus(ctx, "nightly")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(st.Outcome), `result: [\"ok\",\"ok\",\"ok\"]`) {
+		t.Fatalf("the process's outcome %s", st.Outcome)
+	}
+	counts, _ := count.calls()
+	if len(counts) != 2 || counts[0].key == counts[1].key {
+		t.Fatalf("t_count ran %+v: want once for each of its two calls", counts)
+	}
+	slows, _ := slow.calls()
+	if len(slows) != 2 || slows[0].key != slows[1].key || !slows[1].inDoubt {
 		t.Fatalf("t_slow ran %+v: want once, then again in doubt", slows)
 	}
 }
