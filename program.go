@@ -1,6 +1,7 @@
 package lash
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,10 +20,11 @@ import (
 // drive loop answers its calls: each call it makes goes to the machine as
 // an ExecResult, comes back as a ProgramCalls effect journaled call by
 // call, and its outcomes go back to the program with the next ExecCode.
-// The program keeps running between its effects; after a crash it runs
-// again from its start, and its calls before the machine's Known answer
-// from Known, so nothing it did is done again. Its end is journaled under
-// its origin key, so a replay of a finished program does not run it.
+// The program keeps running between its effects. After a crash it runs
+// again from its start: its recorded calls answer from the journal (or
+// from the machine's Known), a call that was running is made again, in
+// doubt, and the rest run. Its end is journaled under its origin key, so a
+// replay of a finished program does not run it.
 
 // programEnd is a program's end as its record keeps it.
 type programEnd struct {
@@ -103,8 +105,10 @@ type progResult struct {
 	err error
 }
 
-// progHost is a run's host: calls the machine knows the outcomes of (a run
-// after a crash) answer from them; the others go to the drive loop.
+// progHost is a run's host: calls the machine knows the outcomes of (a
+// resumed program's, or all of them when the run started again in the
+// middle of the program's effects) answer from them; the others go to the
+// drive loop, whose effects answer them from the journal or make them.
 type progHost struct {
 	r     *progRun
 	known []turn.ProgramChild
@@ -117,8 +121,9 @@ func (h *progHost) Do(ctx context.Context, calls []codemode.Call) ([]codemode.Ou
 	if last := calls[len(calls)-1].Ordinal; last < len(h.known) {
 		outs := make([]codemode.Outcome, len(calls))
 		for i, c := range calls {
-			if !sameCall(h.known[c.Ordinal].Call, programCall(c)) {
-				return nil, &effectlog.NondeterminismError{Key: turn.ChildKey(h.r.origin, c.Ordinal)}
+			if pc := programCall(c); !sameCall(h.known[c.Ordinal].Call, pc) {
+				return nil, &effectlog.NondeterminismError{Key: turn.ChildKey(h.r.origin, c.Ordinal),
+					Recorded: turn.ChildHash(h.known[c.Ordinal].Call), Current: turn.ChildHash(pc)}
 			}
 			outs[i] = codeOutcome(*h.known[c.Ordinal].Outcome)
 		}
@@ -204,7 +209,13 @@ func (d *drive) exec(ctx context.Context, e *turn.ExecCode) (turn.ExecResult, er
 			outs = append(outs, codeOutcome(*k.Outcome))
 		}
 		r.from = r.to
-		r.outs <- outs // the program waits for them in Do
+		select {
+		case r.outs <- outs: // the program waits for them in Do
+		case <-r.done: // it stopped (its context ended): its end says why
+		case <-ctx.Done():
+			d.stopProgram()
+			return turn.ExecResult{}, context.Cause(ctx)
+		}
 	default:
 		d.stopProgram()
 		r = d.startProgram(ctx, e)
@@ -222,8 +233,7 @@ func (d *drive) exec(ctx context.Context, e *turn.ExecCode) (turn.ExecResult, er
 		if end.err != nil {
 			var nd *effectlog.NondeterminismError
 			if errors.As(end.err, &nd) {
-				nd.Recorded, nd.Current = e.H.Hash, e.H.Hash
-				return turn.ExecResult{}, fmt.Errorf("%w: the program made another call at %s than its recorded one", nd, nd.Key)
+				return turn.ExecResult{}, fmt.Errorf("%w: the program made another call at %s than the one it made before", nd, nd.Key)
 			}
 			return turn.ExecResult{}, end.err
 		}
@@ -442,7 +452,7 @@ func (d *drive) child(ctx, ectx context.Context, c turn.ChildCall, cause intentC
 		began := time.Now()
 		req := turn.ModelRequest{Model: d.p.config.Model, Sampling: d.p.config.Sampling,
 			Messages: []turn.Message{{Role: turn.RoleUser, Text: args.Prompt}}}
-		resp, err := d.p.model.Complete(ectx, req, nil)
+		resp, err := d.completeChild(ectx, req)
 		if err != nil && ectx.Err() != nil {
 			return nil, context.Cause(ectx) // stopped: record nothing
 		}
@@ -451,6 +461,12 @@ func (d *drive) child(ctx, ectx context.Context, c turn.ChildCall, cause intentC
 			a.CallErr = callError(err)
 		} else {
 			a.Response = &resp
+		}
+		if data, err := encodeAnswer(a); err == nil && int64(len(data)) > d.s.n.client.Config().MaxPayloadBytes {
+			// Recorded as the model's failure: calling again would pay for
+			// the same answer, as for a turn's own model call.
+			a = &answer{CallErr: &turn.CallError{Code: codeAnswerTooLarge, Message: fmt.Sprintf("the model's answer takes %d bytes, more than the %d bytes lash keeps",
+				len(data), d.s.n.client.Config().MaxPayloadBytes)}, Took: a.Took, Request: a.Request}
 		}
 		d.s.n.observe(Event{Kind: EventModelCall, Session: d.s.id, Turn: d.turn, Model: req.Model, Usage: resp.Usage})
 		if a, err = d.recordChild(ctx, c, a); err != nil {
@@ -477,6 +493,36 @@ func (d *drive) child(ctx, ectx context.Context, c turn.ChildCall, cause intentC
 	return nil, fmt.Errorf("lash: program call of kind %s", c.Call.Kind)
 }
 
+// completeChild makes a program's model call, trying again after a
+// retryable error as a turn's model call is, within the turn's attempts
+// and backoff; the last error is the call's.
+func (d *drive) completeChild(ctx context.Context, req turn.ModelRequest) (turn.ModelResponse, error) {
+	l := d.p.config.Limits
+	attempts := cmp.Or(l.MaxAttempts, turn.DefaultMaxAttempts)
+	backoff := l.Backoff
+	if backoff == nil {
+		backoff = turn.DefaultBackoff
+	}
+	most := cmp.Or(l.MaxBackoff, turn.DefaultMaxBackoff)
+	for attempt := 1; ; attempt++ {
+		resp, err := d.p.model.Complete(ctx, req, nil)
+		if err == nil || ctx.Err() != nil {
+			return resp, err
+		}
+		ce := callError(err)
+		if !ce.Retryable || attempt >= attempts {
+			return resp, err
+		}
+		t := time.NewTimer(min(max(backoff(attempt), ce.RetryAfter), most))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return resp, err
+		case <-t.C:
+		}
+	}
+}
+
 // maxProgramSleep bounds one sleep of a program.
 const maxProgramSleep = time.Hour
 
@@ -493,7 +539,8 @@ func childOutcome(kind turn.ChildKind, a *answer) turn.ProgramOutcome {
 		return turn.ProgramOutcome{Status: turn.ChildFailed, Error: describeErr(a.CallErr)}
 	case a.Response != nil:
 		v, _ := json.Marshal(a.Response.Text)
-		return turn.ProgramOutcome{Status: turn.ChildOK, Value: string(v)}
+		u := a.Response.Usage
+		return turn.ProgramOutcome{Status: turn.ChildOK, Value: string(v), Usage: &u}
 	}
 	return turn.ProgramOutcome{Status: turn.ChildOK, Value: "null"} // a sleep
 }

@@ -360,3 +360,55 @@ func TestProgramCrashWhileParked(t *testing.T) {
 		})
 	}
 }
+
+// A run whose context ends right after a program's call is recorded
+// returns, with the program stopped, rather than wait for a program that
+// no longer runs.
+func TestProgramRunStopsWithItsContext(t *testing.T) {
+	r := newRig(t)
+	r.models = testenv.RunModelServer(t, scripted.MustParse(programScript))
+	ctx, cancel := context.WithCancel(r.ctx)
+	defer cancel()
+	n := r.node("a", append(slices.Clip(programCalls.opts), withBoundary(func(name string) error {
+		if name == "after-record tool call_1#0" {
+			cancel()
+		}
+		return nil
+	}))...)
+	s := n.Session("s1")
+	if _, _, err := s.Send(r.ctx, "k1", Input{Text: programCalls.text}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := s.Run(ctx); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a run whose context ended committed its turn")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the run did not return once its context ended")
+	}
+	// Another run finishes the turn, the recorded call not made again.
+	runUntilFree(t, r.node("b", programCalls.opts...).Session("s1"))
+	if r.runs.runs["Oslo"] != 1 {
+		t.Fatalf("tool runs %v", r.runs.runs)
+	}
+}
+
+// A program's model calls count toward the turn's usage.
+func TestProgramUsage(t *testing.T) {
+	r := newRig(t)
+	r.models = testenv.RunModelServer(t, scripted.MustParse(programScript))
+	s := r.node("a", programCalls.opts...).Session("s1")
+	if _, _, err := s.Send(r.ctx, "k1", Input{Text: programCalls.text}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Run(r.ctx)
+	if err != nil || len(res) != 1 {
+		t.Fatalf("%+v, %v", res, err)
+	}
+	if u := res[0].Outcome.Usage; u != (turn.Usage{InputTokens: 40 + 5 + 90, OutputTokens: 30 + 1 + 12}) {
+		t.Fatalf("usage %+v", u)
+	}
+}

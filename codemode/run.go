@@ -160,7 +160,14 @@ func execute(ctx context.Context, src string, tools []Tool, host Host, lim Limit
 	quiet := time.AfterFunc(lim.Quiet, r.tooQuiet)
 	r.quiet = quiet
 	defer quiet.Stop()
+	// A caller that gives up stops the program between its steps, not
+	// only at its next call.
+	stop := context.AfterFunc(ctx, func() { thread.Cancel("the program was stopped") })
+	defer stop()
 	globals, err := starlark.ExecFileOptions(fileOptions, thread, "program", src, r.predeclared(tools))
+	if ctx.Err() != nil {
+		return Result{}, context.Cause(ctx)
+	}
 	res := Result{Output: r.out.String(), Calls: r.next, Steps: thread.ExecutionSteps()}
 	r.mu.Lock()
 	hostErr, limit := r.hostErr, r.limit

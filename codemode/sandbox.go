@@ -268,6 +268,7 @@ func (s *Sandbox) Run(ctx context.Context, src string, tools []Tool, host Host, 
 		return res, err
 	}
 	c.out.max = maxLine(lim)
+	c.stderr.reset() // a kept child's says nothing of its last program
 	for {
 		line, err := c.out.next()
 		if err != nil {
@@ -340,7 +341,7 @@ func death(err error, stderr string, memory int64, cpu time.Duration) string {
 		return fmt.Sprintf("the program used more than %d MiB of memory", memory>>20)
 	case strings.Contains(stderr, "stack overflow") || strings.Contains(stderr, "stack exceeds"):
 		return "the program nested values too deeply"
-	case err != nil && strings.Contains(err.Error(), "CPU time limit"):
+	case strings.Contains(stderr, cpuExceeded) || err != nil && strings.Contains(err.Error(), "CPU time limit"):
 		return fmt.Sprintf("the program used more than %s of CPU time", cpu)
 	}
 	first, _, _ := strings.Cut(strings.TrimSpace(stderr), "\n")
@@ -361,6 +362,13 @@ func (w *boundedBuffer) Write(p []byte) (int, error) {
 		w.b = append(w.b, p[:min(len(p), room)]...)
 	}
 	return len(p), nil
+}
+
+// reset empties it: a child's stderr is read for the program it runs.
+func (w *boundedBuffer) reset() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b = w.b[:0]
 }
 
 func (w *boundedBuffer) String() string {
@@ -437,6 +445,10 @@ func serveChild(r io.Reader, w io.Writer, memory int64, cpu time.Duration) error
 			return fmt.Errorf("an unreadable job: %v", err)
 		}
 		from.max = maxLine(*job.Limits)
+		// Each program has the whole CPU bound, whatever ran here before.
+		if err := boundCPU(cpu); err != nil {
+			return err
+		}
 		res, err := Run(context.Background(), job.Source, job.Tools, pipeHost{from: from, enc: enc}, *job.Limits)
 		if err != nil {
 			return err // the sandbox stopped answering: it ends the program
@@ -448,15 +460,22 @@ func serveChild(r io.Reader, w io.Writer, memory int64, cpu time.Duration) error
 	}
 }
 
-// fresh says whether a child may take another program: it has spent less
-// than half its CPU time, and its runtime holds less than a quarter of its
+// fresh says whether a child may take another program: it has a
+// program's CPU bound left under its hard limit, and its runtime holds
+// less than a quarter of its
 // memory bound (the OS bound counts what the runtime keeps mapped, freed
 // or not, so a program that grew the heap would shrink the next one's).
 func fresh(memory int64, cpu time.Duration) bool {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return cpuSpent() < cpu/2 && int64(ms.Sys) < memory/4
+	return cpuSpent()+2*cpu < cpuLives*cpu && int64(ms.Sys) < memory/4
 }
+
+// cpuLives is how many programs' CPU bounds a child may spend in all.
+const cpuLives = 16
+
+// cpuExceeded is what a child says when its program passed its CPU bound.
+const cpuExceeded = "codemode child: CPU time limit exceeded"
 
 // pipeHost is the host in a child: calls go up the pipe, outcomes come
 // down.

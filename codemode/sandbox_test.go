@@ -7,7 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -148,5 +150,47 @@ func TestSandboxStartsAhead(t *testing.T) {
 	})
 	if _, err := sb.Run(context.Background(), `result = 1`, tools, newJournal(), codemode.Limits{}); err == nil {
 		t.Fatal("a closed sandbox ran a program")
+	}
+}
+
+// A child that runs programs one after another gives each its whole CPU
+// bound, and still ends one that passes it.
+func TestSandboxCPUBoundPerProgram(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the CPU bound is Linux's")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var started atomic.Int32
+	sb := &codemode.Sandbox{CPU: 3 * time.Second, Command: func(ctx context.Context) *exec.Cmd {
+		started.Add(1)
+		return exec.CommandContext(ctx, exe, "-test.run=^$")
+	}}
+	defer sb.Close()
+	lim := codemode.Limits{Steps: 1 << 62, Quiet: time.Minute}
+	// Programs that together spend more than the bound, each well within it.
+	spend := func() time.Duration {
+		start := time.Now()
+		res, err := sb.Run(context.Background(), "x = 0\nfor i in range(1000000):\n  x += i\nresult = x", nil, newJournal(), lim)
+		if err != nil || res.Error != "" {
+			t.Fatalf("a program within its bound: %v %s", err, res.Error)
+		}
+		return time.Since(start)
+	}
+	took := spend()
+	if took > 1500*time.Millisecond {
+		t.Skipf("a program of 1M steps took %s here: too slow to tell bounds apart", took)
+	}
+	for spent := took; spent < 4*time.Second; spent += took {
+		spend()
+	}
+	if n := started.Load(); n != 1 {
+		t.Fatalf("%d children ran the programs, want one", n)
+	}
+	res, err := sb.Run(context.Background(), "while True:\n  pass", nil, newJournal(), lim)
+	if err != nil || res.Error != "the program used more than 3s of CPU time" {
+		t.Fatalf("a program past its CPU bound: %v, %q", err, res.Error)
 	}
 }

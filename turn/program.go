@@ -1,6 +1,8 @@
 package turn
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -113,6 +115,8 @@ type ProgramOutcome struct {
 	Status ChildStatus `msgpack:"s"`
 	Value  string      `msgpack:"v,omitempty"`
 	Error  string      `msgpack:"e,omitempty"`
+	// Usage is a model call's (llm): it counts toward the turn's.
+	Usage *Usage `msgpack:"u,omitempty"`
 }
 
 // ProgramChild is a call with its outcome, nil while it is outstanding.
@@ -252,6 +256,27 @@ func childDecisionHash(c ProgramCall, d *Decision) Hash {
 // against.
 func ProgramHash(program string) Hash { return canonicalHash(KindExecCode, program) }
 
+// maxProgramCallID bounds a program call's id: its calls' ids add
+// "#<ordinal>" to it, and "~<decision>" when a decision runs one again,
+// and every id must fit a subject token (MaxIDBytes).
+const maxProgramCallID = MaxIDBytes - 32
+
+// checkProgramCall checks that a ProgramTool call can run.
+func checkProgramCall(c ToolCall) error {
+	if len(c.ID) > maxProgramCallID {
+		return fmt.Errorf("a %s call's id is at most %d bytes, not %d", ProgramTool, maxProgramCallID, len(c.ID))
+	}
+	_, err := programSource(c.Arguments)
+	return err
+}
+
+// decisionTag names a decision in a call's key, in 16 bytes whatever the
+// decision's id.
+func decisionTag(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(sum[:8])
+}
+
 // programSource reads a ProgramTool call's argument.
 func programSource(args string) (string, error) {
 	var a struct {
@@ -266,6 +291,15 @@ func programSource(args string) (string, error) {
 // isProgram says whether a call the model made runs a program.
 func (m *Machine) isProgram(call ToolCall) bool {
 	return m.cfg.Mode != ModeTools && call.Name == ProgramTool
+}
+
+// inOffer says whether the model was offered the tool: in ModeCode only
+// ProgramTool, whose programs call the rest.
+func (m *Machine) inOffer(name string) bool {
+	if m.cfg.Mode == ModeCode {
+		return name == ProgramTool && m.inCatalog(name)
+	}
+	return m.inCatalog(name)
 }
 
 // offered is the catalog as the model sees it.
@@ -451,7 +485,14 @@ func (m *Machine) onChildren(r ProgramResults) {
 		if p.Waits == i+1 {
 			p.Waits, p.Decision = 0, nil // the decided call ran again
 		}
+		if o.Usage != nil {
+			m.st.Usage = m.st.Usage.Add(*o.Usage)
+		}
 		ch.Outcome = &o
+	}
+	if b := m.cfg.Limits.TokenBudget; b > 0 && m.st.Usage.Total() >= b {
+		m.endProgram(c, ProgramEnd{Failed: true, Output: fmt.Sprintf("the turn's token budget is spent: %d of %d tokens", m.st.Usage.Total(), b)})
+		return
 	}
 	m.parkOrGo(c)
 }
@@ -554,7 +595,7 @@ func (s ToolStatus) String() string {
 // buildExec and buildChildren make the outstanding program effect.
 func (m *Machine) buildExec() Effect {
 	c := m.execCall()
-	src, _ := programSource(c.Call.Arguments) // checked as the round began
+	src, _ := programSource(c.Call.Arguments) // checked as the call began
 	h := Head{ID: m.st.Out, Key: c.Prog.Origin, Hash: ProgramHash(src)}
 	return &ExecCode{H: h, CallID: c.Call.ID, Program: src, Known: c.Prog.known()}
 }
@@ -571,7 +612,7 @@ func (m *Machine) buildChildren() Effect {
 		cc := ChildCall{Call: ch.Call, Key: ChildKey(c.Prog.Origin, ch.Call.Ordinal), Hash: ChildHash(ch.Call)}
 		if p := c.Prog; p.Decision != nil && p.Waits == ch.Call.Ordinal+1 {
 			cc.Decision = p.Decision
-			cc.Key.Call += "~" + p.Decision.ID
+			cc.Key.Call += "~" + decisionTag(p.Decision.ID)
 			cc.Hash = childDecisionHash(ch.Call, p.Decision)
 		}
 		e.Calls = append(e.Calls, cc)
@@ -634,7 +675,7 @@ func (st *state) checkExec() error {
 	if c == nil || c.Prog == nil || c.Status != CallRunning || c.Round != st.Round || c.Prog.Origin.Turn == "" {
 		return fmt.Errorf("no running program call %q", st.ExecCall)
 	}
-	if _, err := programSource(c.Call.Arguments); err != nil {
+	if err := checkProgramCall(c.Call); err != nil {
 		return fmt.Errorf("program call %q: %v", st.ExecCall, err)
 	}
 	open := 0

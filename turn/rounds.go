@@ -67,7 +67,7 @@ func (m *Machine) startRound(calls []ToolCall) {
 	for _, call := range calls {
 		c := callState{Call: call, Status: CallNew, Iteration: st.Iteration, Round: st.Round}
 		g := Gate{Verdict: Allow}
-		if !m.inCatalog(call.Name) {
+		if !m.inOffer(call.Name) {
 			g = Gate{Verdict: Block, Reason: fmt.Sprintf("unknown tool %q", call.Name)}
 		} else if h := m.cfg.Hooks.BeforeTool; h != nil {
 			g = h(v, call)
@@ -94,13 +94,14 @@ func (m *Machine) startRound(calls []ToolCall) {
 // is not a program fails here.
 func (m *Machine) run(c *callState) {
 	c.Status, c.Round, c.Result = CallRunning, m.st.Round, nil
-	if !m.isProgram(c.Call) {
+	if !m.isProgram(c.Call) && c.Prog == nil { // a parked program is one, whatever the mode now
 		c.Exec = true
 		m.event(EventToolStarted, c.Call.ID, c.Call.Name)
 		return
 	}
-	if _, err := programSource(c.Call.Arguments); err != nil {
-		c.Status = CallFailed
+	err := checkProgramCall(c.Call)
+	if err != nil {
+		c.Status, c.Prog = CallFailed, nil
 		c.Result = &ToolResult{CallID: c.Call.ID, Status: ToolError, Output: err.Error()}
 		m.event(EventToolBlocked, c.Call.ID, err.Error())
 		return
