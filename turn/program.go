@@ -70,7 +70,8 @@ const (
 	ChildTool ChildKind = iota + 1
 	// ChildModel calls the model with ProgramCall.Args ({"prompt": ...}).
 	ChildModel
-	// ChildSleep sleeps, durably, for ProgramCall.Args ({"seconds": ...}).
+	// ChildSleep sleeps for ProgramCall.Args ({"seconds": ...}); its
+	// record, once it ended, keeps a replay from sleeping again.
 	ChildSleep
 )
 
