@@ -440,23 +440,21 @@ func (d *drive) child(ctx, ectx context.Context, c turn.ChildCall, cause intentC
 		a, _, err := d.toolCall(ctx, ectx, pc, cause, false)
 		return a, err
 	case turn.ChildModel:
-		var args struct {
-			Prompt string `json:"prompt"`
-		}
-		if err := json.Unmarshal([]byte(c.Call.Args), &args); err != nil || args.Prompt == "" {
-			return d.recordChild(ctx, c, &answer{CallErr: &turn.CallError{Code: "bad_arguments", Message: `llm takes a prompt: llm("...")`}})
+		prompt, why := promptOf(c.Call)
+		if why != "" {
+			return d.recordChild(ctx, c, &answer{CallErr: &turn.CallError{Code: "bad_arguments", Message: why}})
 		}
 		if err := d.s.boundaryCall("before-record llm", c.Key.Call); err != nil {
 			return nil, err
 		}
 		began := time.Now()
 		req := turn.ModelRequest{Model: d.p.config.Model, Sampling: d.p.config.Sampling,
-			Messages: []turn.Message{{Role: turn.RoleUser, Text: args.Prompt}}}
+			Messages: []turn.Message{{Role: turn.RoleUser, Text: prompt}}}
 		resp, err := d.completeChild(ectx, req)
 		if err != nil && ectx.Err() != nil {
 			return nil, context.Cause(ectx) // stopped: record nothing
 		}
-		a := &answer{Took: time.Since(began), Request: "llm " + c.Key.Call + "\n" + args.Prompt + "\n"}
+		a := &answer{Took: time.Since(began), Request: "llm " + c.Key.Call + "\n" + prompt + "\n"}
 		if err != nil {
 			a.CallErr = callError(err)
 		} else {
@@ -474,19 +472,12 @@ func (d *drive) child(ctx, ectx context.Context, c turn.ChildCall, cause intentC
 		}
 		return a, d.s.boundaryCall("after-record llm", c.Key.Call)
 	case turn.ChildSleep:
-		var args struct {
-			Seconds float64 `json:"seconds"`
+		why, err := programSleep(ectx, c.Call)
+		if err != nil {
+			return nil, err
 		}
-		if err := json.Unmarshal([]byte(c.Call.Args), &args); err != nil || args.Seconds < 0 || args.Seconds > maxProgramSleep.Seconds() {
-			return d.recordChild(ctx, c, &answer{CallErr: &turn.CallError{Code: "bad_arguments",
-				Message: fmt.Sprintf("sleep takes seconds, from 0 to %g", maxProgramSleep.Seconds())}})
-		}
-		t := time.NewTimer(time.Duration(args.Seconds * float64(time.Second)))
-		defer t.Stop()
-		select {
-		case <-ectx.Done():
-			return nil, context.Cause(ectx)
-		case <-t.C:
+		if why != "" {
+			return d.recordChild(ctx, c, &answer{CallErr: &turn.CallError{Code: "bad_arguments", Message: why}})
 		}
 		return d.recordChild(ctx, c, &answer{Request: "sleep " + c.Key.Call + "\n"})
 	}
@@ -520,6 +511,36 @@ func (d *drive) completeChild(ctx context.Context, req turn.ModelRequest) (turn.
 			return resp, err
 		case <-t.C:
 		}
+	}
+}
+
+// promptOf reads an llm() call's prompt, or says why it has none.
+func promptOf(c turn.ProgramCall) (prompt, why string) {
+	var args struct {
+		Prompt string `json:"prompt"`
+	}
+	if err := json.Unmarshal([]byte(c.Args), &args); err != nil || args.Prompt == "" {
+		return "", `llm takes a prompt: llm("...")`
+	}
+	return args.Prompt, ""
+}
+
+// programSleep sleeps as a sleep() call asks, or says why it cannot; an
+// error is ctx's, which stopped it.
+func programSleep(ctx context.Context, c turn.ProgramCall) (why string, err error) {
+	var args struct {
+		Seconds float64 `json:"seconds"`
+	}
+	if err := json.Unmarshal([]byte(c.Args), &args); err != nil || args.Seconds < 0 || args.Seconds > maxProgramSleep.Seconds() {
+		return fmt.Sprintf("sleep takes seconds, from 0 to %g", maxProgramSleep.Seconds()), nil
+	}
+	t := time.NewTimer(time.Duration(args.Seconds * float64(time.Second)))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return "", context.Cause(ctx)
+	case <-t.C:
+		return "", nil
 	}
 }
 

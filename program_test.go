@@ -11,6 +11,7 @@ import (
 	"github.com/lash-run/lash/agents"
 	"github.com/lash-run/lash/provider/scripted"
 	"github.com/lash-run/lash/testenv"
+	"github.com/lash-run/lash/tools"
 	"github.com/lash-run/lash/tools/builtin"
 	"github.com/lash-run/lash/turn"
 )
@@ -169,10 +170,7 @@ default
 func TestProgramParks(t *testing.T) {
 	r := newRig(t)
 	r.models = testenv.RunModelServer(t, scripted.MustParse(parkProgramScript))
-	reg := r.runs.registry(t)
-	if err := builtin.Register(reg, "lash", time.Now); err != nil {
-		t.Fatal(err)
-	}
+	reg := builtins(t, r)
 	n := r.node("a", append(programCalls.opts, WithTools(reg))...)
 	s := n.Session("s1")
 	if _, _, err := s.Send(r.ctx, "k1", Input{Text: "ship it"}); err != nil {
@@ -222,10 +220,7 @@ default
 func TestProgramSleepsDurably(t *testing.T) {
 	r := newRig(t)
 	r.models = testenv.RunModelServer(t, scripted.MustParse(sleepProgramScript))
-	reg := r.runs.registry(t)
-	if err := builtin.Register(reg, "lash", time.Now); err != nil {
-		t.Fatal(err)
-	}
+	reg := builtins(t, r)
 	n := r.node("a", append(programCalls.opts, WithTools(reg), WithProjection(t.TempDir()))...)
 	ctx, cancel := context.WithCancel(r.ctx)
 	done := make(chan struct{}, 2)
@@ -293,10 +288,7 @@ func TestProgramCrashWhileParked(t *testing.T) {
 		t.Run(strings.ReplaceAll(b, " ", "_"), func(t *testing.T) {
 			r := newRig(t)
 			r.models = testenv.RunModelServer(t, scripted.MustParse(parkProgramScript))
-			reg := r.runs.registry(t)
-			if err := builtin.Register(reg, "lash", time.Now); err != nil {
-				t.Fatal(err)
-			}
+			reg := builtins(t, r)
 			opts := append(programCalls.opts, WithTools(reg))
 			conn := r.conn()
 			hits := 0
@@ -411,4 +403,14 @@ func TestProgramUsage(t *testing.T) {
 	if u := res[0].Outcome.Usage; u != (turn.Usage{InputTokens: 40 + 5 + 90, OutputTokens: 30 + 1 + 12}) {
 		t.Fatalf("usage %+v", u)
 	}
+}
+
+// builtins is the rig's tools with the built-in ones.
+func builtins(t *testing.T, r *rig) *tools.Registry {
+	t.Helper()
+	reg := r.runs.registry(t)
+	if err := builtin.Register(reg, "lash", time.Now); err != nil {
+		t.Fatal(err)
+	}
+	return reg
 }

@@ -154,17 +154,15 @@ func (h *stepHost) perform(ctx context.Context, c turn.ProgramCall) (stepOutcome
 		}
 		return stepOutcome{Error: res.Output}, nil
 	case turn.ChildModel:
-		var args struct {
-			Prompt string `json:"prompt"`
-		}
-		if err := json.Unmarshal([]byte(c.Args), &args); err != nil || args.Prompt == "" {
-			return stepOutcome{Error: `llm takes a prompt: llm("...")`}, nil
+		prompt, why := promptOf(c)
+		if why != "" {
+			return stepOutcome{Error: why}, nil
 		}
 		if n.opts.model == nil {
 			return stepOutcome{Error: "this node has no model"}, nil
 		}
 		resp, err := n.opts.model.Complete(ctx, turn.ModelRequest{Model: n.opts.machine.Model, Sampling: n.opts.machine.Sampling,
-			Messages: []turn.Message{{Role: turn.RoleUser, Text: args.Prompt}}}, nil)
+			Messages: []turn.Message{{Role: turn.RoleUser, Text: prompt}}}, nil)
 		if err != nil {
 			if ctx.Err() != nil {
 				return stepOutcome{}, context.Cause(ctx)
@@ -174,18 +172,9 @@ func (h *stepHost) perform(ctx context.Context, c turn.ProgramCall) (stepOutcome
 		v, _ := json.Marshal(resp.Text)
 		return stepOutcome{Value: v}, nil
 	case turn.ChildSleep:
-		var args struct {
-			Seconds float64 `json:"seconds"`
-		}
-		if err := json.Unmarshal([]byte(c.Args), &args); err != nil || args.Seconds < 0 || args.Seconds > maxProgramSleep.Seconds() {
-			return stepOutcome{Error: fmt.Sprintf("sleep takes seconds, from 0 to %g", maxProgramSleep.Seconds())}, nil
-		}
-		t := time.NewTimer(time.Duration(args.Seconds * float64(time.Second)))
-		defer t.Stop()
-		select {
-		case <-ctx.Done():
-			return stepOutcome{}, context.Cause(ctx)
-		case <-t.C:
+		why, err := programSleep(ctx, c)
+		if err != nil || why != "" {
+			return stepOutcome{Error: why}, err
 		}
 		return stepOutcome{Value: json.RawMessage("null")}, nil
 	}
