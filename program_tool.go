@@ -27,7 +27,8 @@ const MaxProgramRun = time.Hour
 
 // backgroundProgram is the program tool's arguments.
 type backgroundProgram struct {
-	Program string `json:"program" jsonschema:"the Starlark program (see run_program)"`
+	Program string `json:"program,omitempty" jsonschema:"the Starlark program (see run_program), or"`
+	Saved   string `json:"saved,omitempty" jsonschema:"a saved program: name, name@version or name@sum"`
 	// Requires names the tools the program needs: checked before every
 	// attempt, so a program a node cannot run fails at once, named.
 	Requires []string `json:"requires,omitempty" jsonschema:"the tools the program calls, checked before it runs"`
@@ -51,6 +52,32 @@ func (n *Node) backgroundProgram(ctx context.Context, a backgroundProgram) (stri
 	}
 	if strings.Contains(info.Key.Call, "#") {
 		return "", errors.New("a program cannot start a program")
+	}
+	if (a.Program == "") == (a.Saved == "") {
+		return "", errors.New(`give the program, or the name of a saved one: {"program": "..."} or {"saved": "name"}`)
+	}
+	if a.Saved != "" {
+		// The version is the one the first attempt found, on every attempt.
+		pinned, err := tools.Step(ctx, "saved", func(ctx context.Context) (SavedProgram, error) {
+			v, err := LoadProgram(ctx, n.client, a.Saved)
+			if errors.Is(err, ErrNoProgram) || errors.Is(err, ErrBadInput) {
+				return SavedProgram{}, nil // recorded: no attempt will find it
+			}
+			if err != nil {
+				return SavedProgram{}, err
+			}
+			return SavedProgram{Name: v.Name, Version: v.Version, Sum: v.Sum, Bytes: v.Bytes}, nil
+		})
+		if err != nil {
+			return "", err
+		}
+		if pinned.Sum == "" {
+			return "", fmt.Errorf("no saved program %q", a.Saved)
+		}
+		if err := loadBody(ctx, n.client, &pinned); err != nil {
+			return "", err
+		}
+		a.Program, a.Requires = pinned.Program, append(pinned.Requires, a.Requires...)
 	}
 	var missing []string
 	for _, name := range a.Requires {

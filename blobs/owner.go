@@ -14,6 +14,9 @@ const (
 	KindBody = "body"
 	// KindSnapshot: a snapshot's state, owned by its session.
 	KindSnapshot = "snapshot"
+	// KindProgram: a version of a saved program, owned by its name (in
+	// Owner.Session); kept until the program is deleted.
+	KindProgram = "program"
 )
 
 // Metadata keys of an object: what owns it, for deletion and sweeps.

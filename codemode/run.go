@@ -98,7 +98,7 @@ type Limits struct {
 
 func (l *Limits) defaults() {
 	if l.Source <= 0 {
-		l.Source = 64 << 10
+		l.Source = defaultSource
 	}
 	if l.Steps == 0 {
 		l.Steps = 10_000_000
@@ -134,6 +134,21 @@ type Result struct {
 // bound ends any loop); recursion is not, so no program grows the Go
 // stack without bound.
 var fileOptions = &syntax.FileOptions{Set: true, While: true, TopLevelControl: true, GlobalReassign: true}
+
+// Check says whether src is a program this package runs: within the
+// source bound, and one that parses.
+func Check(src string) error {
+	if len(src) > defaultSource {
+		return fmt.Errorf("the program is %d bytes, at most %d", len(src), defaultSource)
+	}
+	if _, err := fileOptions.Parse("program", src, 0); err != nil {
+		return errors.New(describe(err))
+	}
+	return nil
+}
+
+// defaultSource is Limits.Source's default.
+const defaultSource = 64 << 10
 
 // Run runs program src against tools, its calls made through host. It
 // returns the program's end as a Result (its failures included: they are

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -74,10 +73,12 @@ func TestProgramSIGKILL(t *testing.T) {
 	}
 }
 
-// A program started as a background process (process_start of the program
-// tool) survives the SIGKILL of the node running it and completes once: its
-// recorded call does not run again, the one running at the kill runs again
-// in doubt, and the process ends once, completed, with the program's result.
+// A saved program started as a background process (lash-admin programs
+// start) survives the SIGKILL of the node running it and completes once:
+// its recorded call does not run again, the one running at the kill runs
+// again in doubt, and the process ends once, completed, with the program's
+// result. A program that requires a tool the deployment lacks is refused
+// when it is started.
 func TestBackgroundProgramSIGKILL(t *testing.T) {
 	d := newDeployment(t)
 	count := serveCount(t, d.url, "t_count", 2, 0)
@@ -87,11 +88,16 @@ func TestBackgroundProgramSIGKILL(t *testing.T) {
 	api := nodeapi.NewClient(d.nc, "")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	args, _ := json.Marshal(map[string]any{"program": "a = t_count(step=1)\nb = t_slow(step=2)\nc = t_count(step=3)\nresult = [a, b, c]",
-		"requires": []string{"t_count", "t_slow"}})
-	if _, err := api.ProcessStart(ctx, nodeapi.ProcessStartRequest{ID: "nightly", Tool: "program", Args: args}); err != nil {
-		t.Fatal(err)
+	var saved struct {
+		Version int `json:"version"`
 	}
+	d.admin(&saved, "programs", "save", "nightly", "--requires", "t_count,t_slow",
+		"-f", d.file("nightly.star", "a = t_count(step=1)\nb = t_slow(step=2)\nc = t_count(step=3)\nresult = [a, b, c]\n"))
+	d.admin(&saved, "programs", "save", "needs", "--requires", "t_missing", "-f", d.file("needs.star", "t_missing()\n"))
+	if err := d.tryAdmin(&struct{}{}, "programs", "start", "needs"); err == nil || !strings.Contains(err.Error(), "requires t_missing") {
+		t.Fatalf("a program requiring a tool the deployment lacks: %v", err)
+	}
+	d.admin(&struct{}{}, "programs", "start", "nightly", "--id", "nightly")
 	testenv.WaitFor(t, 30*time.Second, func() error {
 		if begins, _ := slow.calls(); len(begins) == 0 {
 			return fmt.Errorf("the slow call has not begun")

@@ -124,7 +124,9 @@ func Report(ctx context.Context, c *streams.Client) (*Storage, error) {
 		owner, ok := blobs.OwnerOf(o.Metadata)
 		if ok {
 			kind = owner.Kind
-			session(owner.Session).ObjectBytes += o.Size
+			if kind != blobs.KindProgram { // owned by a name, not a session
+				session(owner.Session).ObjectBytes += o.Size
+			}
 		}
 		k := objects[kind]
 		if k == nil {

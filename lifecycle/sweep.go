@@ -560,6 +560,8 @@ func (s *sweeper) owned(ctx context.Context, subj streams.Subjects, o blobs.Owne
 	case blobs.KindBody:
 		l, err := s.log(ctx, o.Session)
 		return err == nil && l.exists, err
+	case blobs.KindProgram:
+		return true, nil // an operator's: kept until deleted
 	case blobs.KindSnapshot:
 		ref, ok, err := sessionlog.SnapshotRef(ctx, s.c, o.Session)
 		if err != nil {

@@ -191,6 +191,9 @@ type ObjectInfo struct {
 	Size     int64
 	Modified time.Time
 	Metadata map[string]string
+	// Sum is the sha256 of its bytes, as the store recorded it (the zero
+	// sum if it recorded none it can read).
+	Sum [32]byte
 }
 
 // Objects calls fn with every object of the store.
@@ -205,7 +208,13 @@ func (c *Client) Objects(ctx context.Context, fn func(ObjectInfo) error) error {
 		return fmt.Errorf("streams: list blobs: %w", err)
 	}
 	for _, o := range list {
-		if err := fn(ObjectInfo{Name: o.Name, Size: int64(o.Size), Modified: o.ModTime, Metadata: o.Metadata}); err != nil {
+		info := ObjectInfo{Name: o.Name, Size: int64(o.Size), Modified: o.ModTime, Metadata: o.Metadata}
+		if d, ok := strings.CutPrefix(o.Digest, "SHA-256="); ok {
+			if b, err := base64.URLEncoding.DecodeString(d); err == nil && len(b) == len(info.Sum) {
+				copy(info.Sum[:], b)
+			}
+		}
+		if err := fn(info); err != nil {
 			return err
 		}
 	}

@@ -57,6 +57,7 @@ func commands() []*command {
 		triggersLsCmd, triggersShowCmd, triggersRegisterCmd, triggersEnableCmd, triggersDisableCmd, triggersDeleteCmd,
 		triggersReviveCmd, triggersOccurrencesCmd, triggersDeliveriesCmd, triggersScheduleCmd, triggersUnscheduleCmd,
 		triggersSchedulesCmd, agentsLsCmd, agentsShowCmd, agentsHistoryCmd, agentsDiffCmd, agentsApplyCmd, agentsDeleteCmd,
+		programsLsCmd, programsShowCmd, programsSaveCmd, programsStartCmd, programsDeleteCmd,
 		waitsLsCmd, waitsCancelCmd, waitsRevokeCmd,
 		leasesLsCmd, nodesLsCmd, streamsCmd, storageCmd, storageSweepCmd, quarantineLsCmd,
 		watchCmd, sendCmd, decideCmd, cancelCmd, signalCmd, uiCmd, rebuildCmd, verifyCmd, permissionsCmd, apiTokenCmd}
@@ -97,6 +98,7 @@ type app struct {
 	readOnly   bool
 	allowHosts string
 	agent      agentFlags
+	program    programFlags
 	// limit and after page sessions ls.
 	limit               int
 	after               string
