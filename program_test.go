@@ -2,6 +2,7 @@ package lash
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lash-run/lash/agents"
+	"github.com/lash-run/lash/lifecycle"
 	"github.com/lash-run/lash/provider/scripted"
 	"github.com/lash-run/lash/testenv"
 	"github.com/lash-run/lash/tools"
@@ -413,4 +415,57 @@ func builtins(t *testing.T, r *rig) *tools.Registry {
 		t.Fatal(err)
 	}
 	return reg
+}
+
+// Saved programs: versions by content, read by name, number or sum, left
+// alone by the sweeps, gone when deleted.
+func TestSavedPrograms(t *testing.T) {
+	r := newRig(t)
+	n := r.node("a")
+	c := n.Streams()
+	v1, err := SaveProgram(r.ctx, c, "nightly", "result = 1\n", []string{"weather"})
+	if err != nil || v1.Version != 1 {
+		t.Fatalf("save: %+v, %v", v1, err)
+	}
+	if again, err := SaveProgram(r.ctx, c, "nightly", "result = 1\n", []string{"weather"}); err != nil || again.Version != 1 || again.Sum != v1.Sum {
+		t.Fatalf("the same program again: %+v, %v", again, err)
+	}
+	v2, err := SaveProgram(r.ctx, c, "nightly", "result = 2\n", nil)
+	if err != nil || v2.Version != 2 {
+		t.Fatalf("a new version: %+v, %v", v2, err)
+	}
+	for _, bad := range []struct{ name, program string }{{"no spaces", "result = 1"}, {"ok", "result = ("}, {"big", strings.Repeat("#", 65<<10)}} {
+		if _, err := SaveProgram(r.ctx, c, bad.name, bad.program, nil); !errors.Is(err, ErrBadInput) {
+			t.Fatalf("save %q: %v", bad.name, err)
+		}
+	}
+	for ref, want := range map[string]string{"nightly": "result = 2\n", "nightly@1": "result = 1\n", "nightly@" + v1.Sum[:8]: "result = 1\n"} {
+		v, err := LoadProgram(r.ctx, c, ref)
+		if err != nil || v.Program != want {
+			t.Fatalf("load %s: %+v, %v", ref, v, err)
+		}
+	}
+	if v, err := LoadProgram(r.ctx, c, "nightly@1"); err != nil || len(v.Requires) != 1 || v.Requires[0] != "weather" {
+		t.Fatalf("version 1's requirements: %+v, %v", v, err)
+	}
+	if _, err := LoadProgram(r.ctx, c, "nightly@3"); !errors.Is(err, ErrNoProgram) {
+		t.Fatalf("a version that is not: %v", err)
+	}
+	list, err := SavedPrograms(r.ctx, c)
+	if err != nil || len(list) != 1 || list[0].Version != 2 {
+		t.Fatalf("list %+v, %v", list, err)
+	}
+	// The sweeps keep them, whatever their age.
+	if _, err := lifecycle.Sweep(r.ctx, c, lifecycle.SweepConfig{Retention: time.Minute, Grace: time.Minute, Now: func() time.Time { return time.Now().Add(time.Hour) }}); err != nil {
+		t.Fatal(err)
+	}
+	if vs, err := SavedProgramVersions(r.ctx, c, "nightly"); err != nil || len(vs) != 2 {
+		t.Fatalf("after a sweep: %+v, %v", vs, err)
+	}
+	if n, err := DeleteProgram(r.ctx, c, "nightly"); err != nil || n != 2 {
+		t.Fatalf("delete: %d, %v", n, err)
+	}
+	if _, err := LoadProgram(r.ctx, c, "nightly"); !errors.Is(err, ErrNoProgram) {
+		t.Fatalf("after delete: %v", err)
+	}
 }
