@@ -69,7 +69,7 @@ var programsDeleteCmd = &command{
 	summary: "delete a saved program, every version",
 	doc:     `Deletes every version of a saved program. Processes that run one keep running it.`,
 	min:     1, max: 1,
-	run:     runProgramsDelete,
+	run: runProgramsDelete,
 }
 
 var programsStartCmd = &command{
