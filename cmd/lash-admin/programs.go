@@ -67,8 +67,9 @@ var programsDeleteCmd = &command{
 	name:    "programs delete",
 	args:    "NAME",
 	summary: "delete a saved program, every version",
-	doc:     `Deletes every version of a saved program. Processes that run one keep running it.`,
-	min:     1, max: 1,
+	doc: `Deletes every version of a saved program. A process running one finishes its attempt;
+an attempt after that fails, the program gone.`,
+	min: 1, max: 1,
 	run: runProgramsDelete,
 }
 
