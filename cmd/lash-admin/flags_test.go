@@ -70,7 +70,7 @@ func TestHelp(t *testing.T) {
 			}
 		}
 	}
-	if _, out, _ := run(t, "--help"); !strings.Contains(out, "(sessions, processes, triggers, agents, waits, leases, nodes, storage, quarantine)") {
+	if _, out, _ := run(t, "--help"); !strings.Contains(out, "(sessions, processes, triggers, agents, programs, waits, leases, nodes, storage, quarantine)") {
 		t.Errorf("--help does not name the groups:\n%s", out)
 	}
 	if _, out, _ := run(t, "verify", "-h"); !strings.Contains(out, "--system prompt  (env LASH_SYSTEM") {
