@@ -284,7 +284,18 @@ func TestAgentInCodeMode(t *testing.T) {
 // resumed run, leaves the session to another: the program parks once, its
 // resumed run ends once, each tool runs once and the model is asked each
 // thing once.
-func TestProgramCrashWhileParked(t *testing.T) {
+func TestProgramCrashWhileParked(t *testing.T) { crashWhileParked(t, newRig) }
+
+// The same on a 3-node cluster with R3 streams.
+func TestProgramCrashWhileParkedCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster crash matrix")
+	}
+	testenv.SkipClusterUnderRace(t)
+	crashWhileParked(t, newClusterRig)
+}
+
+func crashWhileParked(t *testing.T, newRig func(*testing.T) *rig) {
 	for _, b := range []string{"after-record tool call_1#1", "before-commit", "after-commit",
 		"before-record tool call_1#2", "after-record tool call_1#2", "before-record program call_1", "after-record program call_1"} {
 		t.Run(strings.ReplaceAll(b, " ", "_"), func(t *testing.T) {
