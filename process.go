@@ -130,6 +130,9 @@ func (x processExecutor) Execute(ctx context.Context, run *processes.Run) (json.
 	case processes.SessionTurn:
 		return x.agentTurn(ctx, p)
 	case processes.ToolCall:
+		if in.Tool == BackgroundProgramTool {
+			return x.n.runBackgroundProgram(ctx, run)
+		}
 	default:
 		return nil, &processes.ExecError{Code: "unsupported", Message: fmt.Sprintf("this node does not run %s processes", in.Kind)}
 	}

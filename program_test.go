@@ -2,6 +2,7 @@ package lash
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -478,5 +479,29 @@ func TestSavedPrograms(t *testing.T) {
 	}
 	if _, err := LoadProgram(r.ctx, c, "nightly"); !errors.Is(err, ErrNoProgram) {
 		t.Fatalf("after delete: %v", err)
+	}
+}
+
+// Where the deployment signs, a version no operator saved (an object a
+// client put with a program's metadata) is not listed, so never run.
+func TestSavedProgramsSigned(t *testing.T) {
+	r := newRig(t)
+	n := r.node("a", WithSecret(testSecret))
+	c := n.Streams()
+	if _, err := SaveProgram(r.ctx, c, "nightly", "result = 1\n", nil); err != nil {
+		t.Fatal(err)
+	}
+	// A client without the secret writes an object as a program's.
+	forged := []byte(`{"v":1,"program":"result = 666\n"}`)
+	sum := sha256.Sum256(forged)
+	if err := c.PutObject(r.ctx, programOwner("nightly").Name(sum), sum, programOwner("nightly").Metadata(), forged); err != nil {
+		t.Fatal(err)
+	}
+	vs, err := SavedProgramVersions(r.ctx, c, "nightly")
+	if err != nil || len(vs) != 1 {
+		t.Fatalf("versions %+v, %v", vs, err)
+	}
+	if v, err := LoadProgram(r.ctx, c, "nightly"); err != nil || v.Program != "result = 1\n" {
+		t.Fatalf("the latest version: %+v, %v", v, err)
 	}
 }

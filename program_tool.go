@@ -1,6 +1,7 @@
 package lash
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,51 +12,55 @@ import (
 	"time"
 
 	"github.com/lash-run/lash/codemode"
+	"github.com/lash-run/lash/processes"
 	"github.com/lash-run/lash/tools"
 	"github.com/lash-run/lash/turn"
 )
 
-// BackgroundProgramTool is the tool that runs a program as a tool call, for
-// a background process to run (process_start with this tool): each call
-// the program makes is a durable step of the tool's call, so an attempt
-// after a crash runs the program again from its start and every call with
-// a recorded outcome answers from it.
+// BackgroundProgramTool names, in a process's registration, a program run
+// in the background (process_start through the node API, lash-admin
+// programs start): the process runs it as one durable call, each call it
+// makes a durable step of that call, so an attempt after a crash runs the
+// program again from its start and every call with a recorded outcome
+// answers from it. It is no tool of the registry: no model is offered it,
+// and a model's process_start cannot start it, since a program started so
+// would make its calls past the gates of the turn that started it.
 const BackgroundProgramTool = "program"
 
-// MaxProgramRun bounds a background program's run: its tool call's deadline.
+// MaxProgramRun bounds an attempt of a background program.
 const MaxProgramRun = time.Hour
 
-// backgroundProgram is the program tool's arguments.
+// backgroundProgram is a background program's registration arguments.
 type backgroundProgram struct {
-	Program string `json:"program,omitempty" jsonschema:"the Starlark program (see run_program), or"`
-	Saved   string `json:"saved,omitempty" jsonschema:"a saved program: name, name@version or name@sum"`
+	Program string `json:"program,omitempty"`
+	// Saved names a saved program: name, name@N or name@<sum>.
+	Saved string `json:"saved,omitempty"`
 	// Requires names the tools the program needs: checked before every
 	// attempt, so a program a node cannot run fails at once, named.
-	Requires []string `json:"requires,omitempty" jsonschema:"the tools the program calls, checked before it runs"`
+	Requires []string `json:"requires,omitempty"`
 }
 
-// BackgroundProgram is the program tool, for the node's registry (lash-node
-// registers it with the process tools).
-func (n *Node) BackgroundProgram() tools.Tool {
-	t, err := tools.Func(BackgroundProgramTool, "Runs a Starlark program, as run_program does, as one durable call: started as a background process (process_start), it outlives the node running it, each call it makes recorded once.",
-		n.backgroundProgram, tools.WithTimeout(MaxProgramRun))
-	if err != nil {
-		panic(err) // a fixed signature: cannot fail
+// runBackgroundProgram runs a background program's attempt. The program's
+// own failure, or arguments that can never run, fail the process; a
+// failure of the moment (a step not recorded, a read that failed) hands
+// the attempt back to run again, the calls without records in doubt.
+func (n *Node) runBackgroundProgram(ctx context.Context, run *processes.Run) (json.RawMessage, error) {
+	p := run.Process()
+	var a backgroundProgram
+	dec := json.NewDecoder(bytes.NewReader(p.Registration.Input.Args))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&a); err != nil || (a.Program == "") == (a.Saved == "") || len(a.Requires) > MaxRequires {
+		return nil, &processes.ExecError{Code: "bad_arguments",
+			Message: fmt.Sprintf(`a program process takes {"program": "..."} or {"saved": "name"}, and at most %d required tools`, MaxRequires)}
 	}
-	return t
-}
-
-func (n *Node) backgroundProgram(ctx context.Context, a backgroundProgram) (string, error) {
-	info, ok := tools.Info(ctx)
-	if !ok {
-		return "", errors.New("a program runs only as a tool call of a node")
+	if len(p.ID) > maxBackgroundID {
+		return nil, &processes.ExecError{Code: "bad_arguments", Message: fmt.Sprintf("a program process's id is at most %d bytes", maxBackgroundID)}
 	}
-	if strings.Contains(info.Key.Call, "#") {
-		return "", errors.New("a program cannot start a program")
-	}
-	if (a.Program == "") == (a.Saved == "") {
-		return "", errors.New(`give the program, or the name of a saved one: {"program": "..."} or {"saved": "name"}`)
-	}
+	ctx, cancel := context.WithTimeout(ctx, MaxProgramRun)
+	defer cancel()
+	key := turn.ReplayKey{Session: p.Registration.Provenance.Session, Turn: "proc:" + p.ID, Kind: turn.KindToolCall, Call: p.ID}
+	info := tools.CallInfo{Key: key, Attempt: run.Attempt(), InDoubt: run.Attempt() > 1}
+	ctx = n.toolContext(tools.NewContext(ctx, info))
 	if a.Saved != "" {
 		// The version is the one the first attempt found, on every attempt.
 		pinned, err := tools.Step(ctx, "saved", func(ctx context.Context) (SavedProgram, error) {
@@ -69,41 +74,70 @@ func (n *Node) backgroundProgram(ctx context.Context, a backgroundProgram) (stri
 			return SavedProgram{Name: v.Name, Version: v.Version, Sum: v.Sum, Bytes: v.Bytes}, nil
 		})
 		if err != nil {
-			return "", err
+			return nil, n.momentary(ctx, err)
 		}
 		if pinned.Sum == "" {
-			return "", fmt.Errorf("no saved program %q", a.Saved)
+			return nil, &processes.ExecError{Code: "no_program", Message: fmt.Sprintf("no saved program %q", a.Saved)}
 		}
 		if err := loadBody(ctx, n.client, &pinned); err != nil {
-			return "", err
+			return nil, n.momentary(ctx, err)
 		}
 		a.Program, a.Requires = pinned.Program, append(pinned.Requires, a.Requires...)
 	}
+	// Tools found again after a restart may take the registry a moment.
 	var missing []string
 	for _, name := range a.Requires {
-		if _, ok := n.opts.tools.Get(name); !ok || name == BackgroundProgramTool {
+		wctx, cancel := context.WithTimeout(ctx, requireWait)
+		_, ok := n.opts.tools.Await(wctx, name)
+		cancel()
+		if !ok {
 			missing = append(missing, strconv.Quote(name))
 		}
 	}
+	if ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
 	if len(missing) > 0 {
-		return "", fmt.Errorf("this node has no tool %s, which the program requires", strings.Join(missing, ", "))
+		return nil, &processes.ExecError{Code: "missing_tools", Message: fmt.Sprintf("this node has no tool %s, which the program requires", strings.Join(missing, ", "))}
 	}
-	var specs []turn.ToolSpec
-	for _, s := range n.opts.tools.Specs() {
-		if s.Name != BackgroundProgramTool {
-			specs = append(specs, s)
-		}
-	}
-	host := &stepHost{n: n, info: info}
-	res, err := n.programs.run(ctx, a.Program, codeTools(specs), host, codemode.Limits{})
+	res, err := n.programs.run(ctx, a.Program, codeTools(n.opts.tools.Specs()), &stepHost{n: n, info: info}, codemode.Limits{})
 	if err != nil {
-		return "", err // interrupted, or its steps could not be recorded: the attempt ends without an outcome
+		return nil, n.momentary(ctx, err)
 	}
 	out := renderProgram(res)
 	if res.Error != "" {
-		return "", errors.New(out)
+		return nil, &processes.ExecError{Code: "program_failed", Message: out}
 	}
-	return out, nil
+	return json.Marshal(out)
+}
+
+// momentary is an attempt's error that another attempt may not meet: the
+// attempt is handed back. The context's own ending is left as it is.
+func (n *Node) momentary(ctx context.Context, err error) error {
+	var nd *nondeterminism
+	switch {
+	case ctx.Err() != nil:
+		return err
+	case errors.As(err, &nd):
+		return &processes.ExecError{Code: "nondeterminism", Message: err.Error()}
+	}
+	return processes.Retryable(err)
+}
+
+// maxBackgroundID bounds a background program's process id: its calls'
+// ids add "#<ordinal>", and every id must fit a subject token.
+const maxBackgroundID = turn.MaxIDBytes - 32
+
+// requireWait bounds the wait for a required tool the registry has yet to
+// find (a node that just started).
+const requireWait = 30 * time.Second
+
+// nondeterminism: a background program made another call than the one
+// recorded at its place.
+type nondeterminism struct{ ordinal int }
+
+func (e *nondeterminism) Error() string {
+	return fmt.Sprintf("lash: nondeterminism: the program made another call at %d than the recorded one", e.ordinal)
 }
 
 // stepHost makes a background program's calls, each a durable step of
@@ -138,8 +172,10 @@ func (h *stepHost) one(ctx context.Context, c codemode.Call) (codemode.Outcome, 
 	raw, err := tools.Step(ctx, "#"+strconv.Itoa(c.Ordinal), func(ctx context.Context) (stepOutcome, error) {
 		o, err := h.perform(ctx, pc)
 		o.Call = hash
-		if err == nil && len(o.Value)+len(o.Error) > MaxStepBytes-1024 {
-			o = stepOutcome{Call: hash, Error: fmt.Sprintf("the call's outcome takes %d bytes, more than the %d a background program keeps", len(o.Value)+len(o.Error), MaxStepBytes-1024)}
+		// Measured as the step will record it: HTML in it grows when
+		// encoded.
+		if b, merr := json.Marshal(o); err == nil && (merr != nil || len(b) > MaxStepBytes-256) {
+			o = stepOutcome{Call: hash, Error: fmt.Sprintf("the call's outcome takes %d bytes encoded, more than the %d a background program keeps", len(b), MaxStepBytes-256)}
 		}
 		return o, err
 	})
@@ -147,7 +183,7 @@ func (h *stepHost) one(ctx context.Context, c codemode.Call) (codemode.Outcome, 
 		return codemode.Outcome{}, err
 	}
 	if raw.Call != hash {
-		return codemode.Outcome{}, fmt.Errorf("lash: nondeterminism: the program made another call at %d than the recorded one", c.Ordinal)
+		return codemode.Outcome{}, &nondeterminism{c.Ordinal}
 	}
 	if raw.Error != "" {
 		return codemode.Outcome{Error: raw.Error}, nil

@@ -3,6 +3,7 @@ package lash
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -51,6 +52,11 @@ func programOwner(name string) blobs.Owner {
 	return blobs.Owner{Kind: blobs.KindProgram, Session: name}
 }
 
+// metaProgramSig is the metadata key of a version's signature.
+const metaProgramSig = "lash-sig"
+
+func programVouch(name string) string { return "program\x00" + name }
+
 // SaveProgram saves program under name as its next version, unless it is
 // one of its versions already, and returns that version. The name follows
 // an agent's rules; the program must parse; requires names tools.
@@ -68,13 +74,26 @@ func SaveProgram(ctx context.Context, c *streams.Client, name, program string, r
 		if err := tools.CheckName(t); err != nil {
 			return nil, fmt.Errorf("%w: program %s requires %q: %v", ErrBadInput, name, t, err)
 		}
+		if t == BackgroundProgramTool || t == "run_program" {
+			return nil, fmt.Errorf("%w: program %s requires %q: a program cannot start a program", ErrBadInput, name, t)
+		}
 	}
 	data, err := json.Marshal(savedBody{V: 1, Program: program, Requires: requires})
 	if err != nil {
 		return nil, err
 	}
-	ref, err := newBlobStore(c).Put(ctx, programOwner(name), data)
+	// Signed where the deployment signs: a version no operator saved is
+	// never listed, so never run.
+	owner, sum := programOwner(name), sha256.Sum256(data)
+	sig, err := c.VouchObject(programVouch(name), sum)
 	if err != nil {
+		return nil, err
+	}
+	meta := owner.Metadata()
+	if sig != "" {
+		meta[metaProgramSig] = sig
+	}
+	if err := c.PutObject(ctx, owner.Name(sum), sum, meta, data); err != nil {
 		return nil, err
 	}
 	versions, err := SavedProgramVersions(ctx, c, name)
@@ -82,7 +101,7 @@ func SaveProgram(ctx context.Context, c *streams.Client, name, program string, r
 		return nil, err
 	}
 	for _, v := range versions {
-		if v.Sum == hex.EncodeToString(ref.Sum[:]) {
+		if v.Sum == hex.EncodeToString(sum[:]) {
 			v.Program, v.Requires = program, requires
 			return &v, nil
 		}
@@ -121,8 +140,9 @@ func savedVersions(ctx context.Context, c *streams.Client, name string) ([]Saved
 	var out []SavedProgram
 	err := c.Objects(ctx, func(o streams.ObjectInfo) error {
 		owner, ok := blobs.OwnerOf(o.Metadata)
-		if !ok || owner.Kind != blobs.KindProgram || name != "" && owner.Session != name || o.Sum == ([32]byte{}) {
-			return nil
+		if !ok || owner.Kind != blobs.KindProgram || name != "" && owner.Session != name || o.Sum == ([32]byte{}) ||
+			o.Name != owner.Name(o.Sum) || !c.ObjectVouched(programVouch(owner.Session), o.Sum, o.Metadata[metaProgramSig]) {
+			return nil // not a version an operator saved under that name
 		}
 		out = append(out, SavedProgram{Name: owner.Session, Sum: hex.EncodeToString(o.Sum[:]), Saved: o.Modified.UTC(), Bytes: o.Size})
 		return nil
@@ -156,7 +176,7 @@ func LoadProgram(ctx context.Context, c *streams.Client, ref string) (*SavedProg
 	case len(versions) == 0:
 	case at == "":
 		v = &versions[len(versions)-1]
-	case err == nil:
+	case err == nil && len(at) < 8: // 8 digits or more are a sum's
 		if n >= 1 && n <= len(versions) {
 			v = &versions[n-1]
 		}
@@ -197,6 +217,9 @@ func loadBody(ctx context.Context, c *streams.Client, v *SavedProgram) error {
 // DeleteProgram deletes every version of a saved program and says how
 // many there were.
 func DeleteProgram(ctx context.Context, c *streams.Client, name string) (int, error) {
+	if _, err := c.VouchObject("", [32]byte{}); err != nil {
+		return 0, err // an operator's alone
+	}
 	versions, err := SavedProgramVersions(ctx, c, name)
 	if err != nil {
 		return 0, err

@@ -237,6 +237,7 @@ func (s *Sandbox) Run(ctx context.Context, src string, tools []Tool, host Host, 
 		}
 	}()
 	job := message{Source: src, Tools: tools, Limits: &lim}
+	c.stderr.reset() // a kept child's says nothing of its last program
 	enc := json.NewEncoder(c.in)
 	if enc.Encode(job) != nil {
 		// The child waiting for a program died: a new one.
@@ -268,7 +269,6 @@ func (s *Sandbox) Run(ctx context.Context, src string, tools []Tool, host Host, 
 		return res, err
 	}
 	c.out.max = maxLine(lim)
-	c.stderr.reset() // a kept child's says nothing of its last program
 	for {
 		line, err := c.out.next()
 		if err != nil {

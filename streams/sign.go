@@ -244,6 +244,31 @@ func (c *Client) Vouched(m *Msg) bool {
 	return got != "" && hmac.Equal([]byte(got), []byte(k.sig(vouchedName(m.Subject, m.MsgID()), m.Data)))
 }
 
+// VouchObject is the signature a signing client puts in the metadata of an
+// object of durable truth that no message names (a saved program): over
+// what the object is (name) and its sum. It is "" on a client that does
+// not sign, and an error on one that refuses truth (RefuseTruth).
+func (c *Client) VouchObject(name string, sum [32]byte) (string, error) {
+	k := c.signer.Load()
+	if k == nil {
+		if why := c.refuse.Load(); why != nil {
+			return "", *why
+		}
+		return "", nil
+	}
+	return k.sig("object\x00"+name, sum[:]), nil
+}
+
+// ObjectVouched reports whether sig is the deployment's for the object
+// (VouchObject); always true on a client that does not sign.
+func (c *Client) ObjectVouched(name string, sum [32]byte, sig string) bool {
+	k := c.signer.Load()
+	if k == nil {
+		return true
+	}
+	return sig != "" && hmac.Equal([]byte(sig), []byte(k.sig("object\x00"+name, sum[:])))
+}
+
 // RefuseTruth makes writes on subjects of durable truth fail with why: for
 // a client without the secret of a deployment that signs, whose writes
 // every node would set aside.

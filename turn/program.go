@@ -475,6 +475,7 @@ func (m *Machine) onChildren(r ProgramResults) {
 	c := m.execCall()
 	p := c.Prog
 	j := 0
+	spent := false
 	for i := range p.Children {
 		ch := &p.Children[i]
 		if ch.Outcome != nil {
@@ -488,10 +489,13 @@ func (m *Machine) onChildren(r ProgramResults) {
 		}
 		if o.Usage != nil {
 			m.st.Usage = m.st.Usage.Add(*o.Usage)
+			spent = true
 		}
 		ch.Outcome = &o
 	}
-	if b := m.cfg.Limits.TokenBudget; b > 0 && m.st.Usage.Total() >= b {
+	// Only the program's own model calls can spend the budget: the turn's
+	// stop rule sees the rest before its next model call, as for tools.
+	if b := m.cfg.Limits.TokenBudget; spent && b > 0 && m.st.Usage.Total() >= b {
 		m.endProgram(c, ProgramEnd{Failed: true, Output: fmt.Sprintf("the turn's token budget is spent: %d of %d tokens", m.st.Usage.Total(), b)})
 		return
 	}

@@ -213,8 +213,9 @@ func runProgramsStart(a *app, args []string) error {
 	if id == "" {
 		id = fmt.Sprintf("program-%s-%d", v.Name, time.Now().Unix())
 	}
-	// The version is named, so every attempt runs the one checked here.
-	spec, err := json.Marshal(map[string]string{"saved": fmt.Sprintf("%s@%d", v.Name, v.Version)})
+	// The version is named by its whole sum, so every attempt runs the one
+	// checked here, however the versions are numbered by then.
+	spec, err := json.Marshal(map[string]string{"saved": v.Name + "@" + v.Sum})
 	if err != nil {
 		return err
 	}

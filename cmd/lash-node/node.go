@@ -131,7 +131,7 @@ func serve(ctx context.Context, s *settings, log *slog.Logger) (err error) {
 			_ = node.Close(context.Background())
 		}
 	})
-	if err := ts.addBuiltin(append(node.ProcessTools(), node.BackgroundProgram())...); err != nil {
+	if err := ts.addBuiltin(node.ProcessTools()...); err != nil {
 		return err
 	}
 	owner := node.Owner()

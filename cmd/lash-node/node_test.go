@@ -200,7 +200,7 @@ func TestNodeEmbedded(t *testing.T) {
 		`lash_api_requests_total{code="400",endpoint="submit"}`:                                 1,
 		`lash_api_requests_total{code="200",endpoint="submit"}`:                                 3,
 		`lash_node_info{incarnation="` + info.Incarnation + `",node="e2e",version="0.0.0-dev"}`: 1,
-		"lash_tools": 10, // three built-in, five process tools, the program tool, the ledger
+		"lash_tools": 9, // three built-in, five process tools, the ledger
 	} {
 		if got, ok := metricValue(body, series); !ok || got != want {
 			t.Errorf("%s = %v (found %v), want %v", series, got, ok, want)
