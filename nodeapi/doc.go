@@ -39,7 +39,9 @@
 // A process answer is {"id","status","ended","disposition","kind",
 // "attempts","events","created","outcome"}: outcome is the terminal
 // event's data. process_start registers a background run of one of the
-// node's tools (rerunnable unless disposition says owner_bound) or
+// node's tools, or of a program (tool "program", args {"program"} or
+// {"saved"}, lash.BackgroundProgramTool), rerunnable unless disposition
+// says owner_bound, or
 // external work (externally_owned); the same id with the same content
 // answers the process as it stands, other content is refused with 409.
 // process_await answers when the process ends, or at timeout_ms (at most

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/lash-run/lash"
 	"time"
 
 	"github.com/lash-run/lash/processes"
@@ -102,7 +103,7 @@ func (s *Server) processStart(ctx context.Context, data []byte) (any, error) {
 	case req.Tool != "" && req.ExternalRef != "":
 		return nil, badRequest("a process runs a tool or is external work, not both")
 	case req.Tool != "":
-		if _, ok := s.node.Tools().Get(req.Tool); !ok {
+		if _, ok := s.node.Tools().Get(req.Tool); !ok && req.Tool != lash.BackgroundProgramTool {
 			return nil, badRequest("no tool %q on this node", req.Tool)
 		}
 		if reg.Disposition == "" {
