@@ -274,6 +274,13 @@ func (r *Registry) PruneWhere(ctx context.Context, garbage func(p *Process) bool
 		if err != nil {
 			return pruned, err
 		}
+		// The list may come from a replica that has yet to apply an earlier
+		// prune's purge: the leader says whether the process is still there.
+		if _, err := r.s.NextOnSubjects(ctx, []string{subj}, 1); errors.Is(err, streams.ErrNotFound) {
+			continue
+		} else if err != nil {
+			return pruned, err
+		}
 		// The mark first: read models drop the process on it, and a fresh
 		// fold does too, whether the purge after it happens now or at the
 		// next prune. Its msg id names this registration, so a later one
