@@ -638,12 +638,27 @@ func callAnswer(rec *effectlog.Record, key turn.ReplayKey) (*answer, error) {
 // recordCall records a for call pc, first writer wins, and returns the
 // answer that stands and whether it is a's.
 func (d *drive) recordCall(ctx context.Context, pc turn.PendingCall, a *answer) (*answer, bool, error) {
-	n := d.s.n
-	data, err := encodeRecord(a, n.client.Config().MaxPayloadBytes)
+	rec, won, err := d.recordAt(ctx, pc.Key, pc.Hash, a)
 	if err != nil {
 		return nil, false, err
 	}
-	rec, won, err := d.p.journal.Record(ctx, pc.Key, pc.Hash, effectlog.Outcome{Data: data})
+	if won && a.plain() {
+		a.asNil()
+		return a, true, nil
+	}
+	a, err = callAnswer(rec, pc.Key)
+	return a, won, err
+}
+
+// recordAt records a at key, first writer wins, and returns the record
+// that stands, and whether it is a's; another writer's is checked to be a
+// run of this turn's.
+func (d *drive) recordAt(ctx context.Context, key turn.ReplayKey, hash turn.Hash, a *answer) (*effectlog.Record, bool, error) {
+	data, err := encodeRecord(a, d.s.n.client.Config().MaxPayloadBytes)
+	if err != nil {
+		return nil, false, err
+	}
+	rec, won, err := d.p.journal.Record(ctx, key, hash, effectlog.Outcome{Data: data})
 	if err != nil {
 		return nil, false, err
 	}
@@ -652,12 +667,7 @@ func (d *drive) recordCall(ctx context.Context, pc turn.PendingCall, a *answer) 
 			return nil, false, err
 		}
 	}
-	if won && a.plain() {
-		a.asNil()
-		return a, true, nil
-	}
-	a, err = callAnswer(rec, pc.Key)
-	return a, won, err
+	return rec, won, nil
 }
 
 // intentCause says what tells a re-executor that a tool call may have
@@ -734,7 +744,7 @@ func (d *drive) toolCall(ctx, ectx context.Context, pc turn.PendingCall, cause i
 		res = turn.ToolResult{CallID: pc.Call.ID, Status: turn.ToolError,
 			Output: fmt.Sprintf("the tool's result takes %d bytes, more than the %d bytes lash keeps", len(res.Output), max-4<<10)}
 	}
-	n.observe(Event{Kind: EventToolCall, Session: d.s.id, Turn: d.turn, Tool: pc.Call.Name, Took: took, Code: toolStatus(res.Status)})
+	n.observe(Event{Kind: EventToolCall, Session: d.s.id, Turn: d.turn, Tool: pc.Call.Name, Took: took, Code: res.Status.String()})
 	if res.Status == turn.ToolError {
 		// The model sees the error; operators see it here. Only the
 		// first line, clipped: a tool's output is not a log line.

@@ -387,7 +387,7 @@ func summarizeAnswer(key turn.ReplayKey, a *answer) (string, time.Duration) {
 	case a.CallErr != nil:
 		s = "model error: " + clip(a.CallErr.Message)
 	case a.Result != nil:
-		s = toolStatus(a.Result.Status) + ": " + strconv.Quote(clip(a.Result.Output))
+		s = a.Result.Status.String() + ": " + strconv.Quote(clip(a.Result.Output))
 	case a.End != nil:
 		s = "program ended"
 		if a.End.Failed {
@@ -407,16 +407,4 @@ func summarizeAnswer(key turn.ReplayKey, a *answer) (string, time.Duration) {
 		}
 	}
 	return s, a.Took
-}
-
-func toolStatus(s turn.ToolStatus) string {
-	switch s {
-	case turn.ToolOK:
-		return "ok"
-	case turn.ToolError:
-		return "error"
-	case turn.ToolPending:
-		return "pending"
-	}
-	return "status " + strconv.Itoa(int(s))
 }

@@ -264,14 +264,10 @@ func (d *drive) startProgram(ctx context.Context, e *turn.ExecCode) *progRun {
 func (d *drive) recordEnd(ctx context.Context, e *turn.ExecCode, res codemode.Result) (turn.ExecResult, error) {
 	end := &programEnd{Output: renderProgram(res), Failed: res.Error != ""}
 	a := &answer{End: end, Request: "program " + e.CallID + "\n" + e.Program + "\n"}
-	data, err := encodeAnswer(a)
-	if err != nil {
-		return turn.ExecResult{}, err
-	}
 	if err := d.s.boundaryCall("before-record program", e.CallID); err != nil {
 		return turn.ExecResult{}, err
 	}
-	rec, won, err := d.p.journal.Record(ctx, e.H.Key, e.H.Hash, effectlog.Outcome{Data: data})
+	rec, won, err := d.recordAt(ctx, e.H.Key, e.H.Hash, a)
 	if err != nil {
 		return turn.ExecResult{}, err
 	}
@@ -279,9 +275,6 @@ func (d *drive) recordEnd(ctx context.Context, e *turn.ExecCode, res codemode.Re
 		return turn.ExecResult{}, err
 	}
 	if !won {
-		if err := d.attributed(ctx, rec); err != nil {
-			return turn.ExecResult{}, err
-		}
 		if a, err = decodeAnswer(rec.Outcome.Data); err != nil || a.End == nil {
 			return turn.ExecResult{}, terminal(FailUnreadableJournal, fmt.Errorf("lash: journal record for %s holds no program end", e.H.Key))
 		}
@@ -409,19 +402,12 @@ func (d *drive) claimChildCancels(ctx context.Context, e *turn.ProgramCalls, ans
 // recordChild records a for one call of a program, first writer wins, and
 // returns the answer that stands.
 func (d *drive) recordChild(ctx context.Context, c turn.ChildCall, a *answer) (*answer, error) {
-	data, err := encodeRecord(a, d.s.n.client.Config().MaxPayloadBytes)
-	if err != nil {
-		return nil, err
-	}
-	rec, won, err := d.p.journal.Record(ctx, c.Key, c.Hash, effectlog.Outcome{Data: data})
+	rec, won, err := d.recordAt(ctx, c.Key, c.Hash, a)
 	if err != nil {
 		return nil, err
 	}
 	if won {
 		return a, nil
-	}
-	if err := d.attributed(ctx, rec); err != nil {
-		return nil, err
 	}
 	if a, err = decodeAnswer(rec.Outcome.Data); err != nil {
 		return nil, terminal(FailUnreadableJournal, err)
@@ -551,34 +537,17 @@ const maxProgramSleep = time.Hour
 func childOutcome(kind turn.ChildKind, a *answer) turn.ProgramOutcome {
 	switch {
 	case a.Result != nil && a.Result.Status == turn.ToolOK:
-		return turn.ProgramOutcome{Status: turn.ChildOK, Value: jsonValue(a.Result.Output)}
+		return turn.ProgramOutcome{Status: turn.ChildOK, Value: turn.JSONValue(a.Result.Output)}
 	case a.Result != nil && a.Result.Status == turn.ToolPending:
 		return turn.ProgramOutcome{Status: turn.ChildPending, Error: a.Result.Output}
 	case a.Result != nil:
 		return turn.ProgramOutcome{Status: turn.ChildFailed, Error: a.Result.Output}
 	case a.CallErr != nil:
-		return turn.ProgramOutcome{Status: turn.ChildFailed, Error: describeErr(a.CallErr)}
+		return turn.ProgramOutcome{Status: turn.ChildFailed, Error: a.CallErr.String()}
 	case a.Response != nil:
 		v, _ := json.Marshal(a.Response.Text)
 		u := a.Response.Usage
 		return turn.ProgramOutcome{Status: turn.ChildOK, Value: string(v), Usage: &u}
 	}
 	return turn.ProgramOutcome{Status: turn.ChildOK, Value: "null"} // a sleep
-}
-
-func describeErr(e *turn.CallError) string {
-	if e.Code == "" {
-		return e.Message
-	}
-	return e.Code + ": " + e.Message
-}
-
-// jsonValue is a tool's output as a program's value: its JSON when it is
-// JSON, else the text as a string.
-func jsonValue(out string) string {
-	if json.Valid([]byte(out)) {
-		return out
-	}
-	b, _ := json.Marshal(out)
-	return string(b)
 }

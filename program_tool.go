@@ -211,7 +211,7 @@ func (h *stepHost) perform(ctx context.Context, c turn.ProgramCall) (stepOutcome
 		}
 		switch res.Status {
 		case turn.ToolOK:
-			return stepOutcome{Value: json.RawMessage(jsonValue(res.Output))}, nil
+			return stepOutcome{Value: json.RawMessage(turn.JSONValue(res.Output))}, nil
 		case turn.ToolPending:
 			return stepOutcome{Error: "a background program's call cannot wait for a decision: " + res.Output}, nil
 		}
@@ -230,7 +230,7 @@ func (h *stepHost) perform(ctx context.Context, c turn.ProgramCall) (stepOutcome
 			if ctx.Err() != nil {
 				return stepOutcome{}, context.Cause(ctx)
 			}
-			return stepOutcome{Error: describeErr(callError(err))}, nil
+			return stepOutcome{Error: callError(err).String()}, nil
 		}
 		v, _ := json.Marshal(resp.Text)
 		return stepOutcome{Value: v}, nil

@@ -20,7 +20,7 @@ their recorded results instead of running twice. Nothing else reaches the outsid
   parallel([call(tool_name, arg=...), ...])
                                   make the calls at once; a list of struct(ok, value, error, cancelled)
   llm("prompt")                   ask the model; its answer as text
-  sleep(seconds)                  wait, durably
+  sleep(seconds)                  wait; once it ended, a run again does not wait again
   print(...)                      output you will read afterwards
   result = ...                    the program's result (numbers, text, lists, dicts, None)
   tool("name", arg=...)           a tool listed as tool("name")

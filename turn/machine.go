@@ -517,7 +517,7 @@ func (m *Machine) onLLM(r LLMResult) {
 	st := &m.st
 	if r.Err != nil {
 		if r.Err.Retryable && st.Attempt < m.cfg.Limits.MaxAttempts {
-			detail := fmt.Sprintf("attempt %d: %s", st.Attempt, describeCallError(r.Err))
+			detail := fmt.Sprintf("attempt %d: %s", st.Attempt, r.Err.String())
 			if r.Err.RetryAfter > 0 {
 				detail += fmt.Sprintf(" (retry after %v)", r.Err.RetryAfter)
 			}
@@ -527,7 +527,7 @@ func (m *Machine) onLLM(r LLMResult) {
 			return
 		}
 		m.finish(Termination{Reason: Error, Code: CodeProviderError,
-			Detail: fmt.Sprintf("after %d attempt(s): %s", st.Attempt, describeCallError(r.Err))})
+			Detail: fmt.Sprintf("after %d attempt(s): %s", st.Attempt, r.Err.String())})
 		return
 	}
 	resp := *r.Response
@@ -572,7 +572,9 @@ func (m *Machine) retrySleep(e *CallError) time.Duration {
 	return max(0, min(d, l.MaxBackoff))
 }
 
-func describeCallError(e *CallError) string {
+// String is the error as logs and the model read it: its code, then its
+// message.
+func (e *CallError) String() string {
 	if e.Code == "" {
 		return e.Message
 	}

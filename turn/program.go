@@ -537,7 +537,7 @@ func (m *Machine) resumeBatch(c *callState) {
 	case d.Action == CancelCall:
 		ch.Outcome = &ProgramOutcome{Status: ChildFailed, Error: "cancelled by decision " + d.ID}
 	case d.Mode == ResumeUseResult:
-		ch.Outcome = &ProgramOutcome{Status: ChildOK, Value: jsonValue(d.Payload)}
+		ch.Outcome = &ProgramOutcome{Status: ChildOK, Value: JSONValue(d.Payload)}
 	}
 	if ch.Outcome != nil {
 		m.event(EventProgramOutcome, id, ch.Outcome.Status.String())
@@ -549,9 +549,9 @@ func (m *Machine) resumeBatch(c *callState) {
 	m.step(phaseChildren)
 }
 
-// jsonValue is a decision's payload as a program's value: its JSON when
-// it is JSON, else the text as a string.
-func jsonValue(s string) string {
+// JSONValue is text as a program's value: its JSON when it is JSON (a
+// tool's output, a decision's payload), else the text as a string.
+func JSONValue(s string) string {
 	if json.Valid([]byte(s)) {
 		return s
 	}
