@@ -139,6 +139,7 @@ func (t *toolSet) sync(ctx context.Context) error {
 		}
 	}
 	seen := map[string]bool{}
+	gone := false
 	for _, tool := range found {
 		spec := tool.Spec()
 		if t.builtin[spec.Name] {
@@ -175,7 +176,17 @@ func (t *toolSet) sync(ctx context.Context) error {
 			delete(t.remote, name)
 			delete(t.missed, name)
 			t.log.Info("tool gone", "tool", name)
+			gone = true
 		}
+	}
+	if gone {
+		// Missed answers are not proof: a slow link drops a service's
+		// answer past the discovery's quiet time as surely as a stopped
+		// service gives none. For a while a call to the tool waits for
+		// it, as after a start; a background process would otherwise
+		// fail for good on a tool that is back a second later.
+		t.settleEnd = time.Now().Add(natstool.NoServerWait)
+		t.reg.Settling(t.settleEnd.Add(natstool.DefaultDiscoverTimeout + settleEvery))
 	}
 	for p := range problems {
 		if !t.known[p] {

@@ -166,6 +166,25 @@ func TestToolSyncRemoves(t *testing.T) {
 	if !strings.Contains(logs.String(), "msg=\"tool gone\" tool=ledger_append") {
 		t.Errorf("logs:\n%s", logs)
 	}
+	// Gone is not proof (a slow link drops answers too): a call to it
+	// waits a while for it to come back instead of failing as unknown.
+	if !ts.settling(time.Now()) {
+		t.Fatal("no window opened when the tool went")
+	}
+	got := make(chan turn.ToolResult, 1)
+	go func() {
+		call := turn.PendingCall{Call: turn.ToolCall{ID: "c1", Name: "ledger_append", Arguments: `{}`},
+			Key: turn.ReplayKey{Session: "s1", Turn: "t1", Kind: turn.KindToolCall, Effect: 1, Call: "c1"}}
+		res, _ := tools.NewRunner(ts.reg).Invoke(context.Background(), call, 1, false)
+		got <- res
+	}()
+	serveTool(t, srv, "ledger", "ledger_append", "append to the ledger")
+	if err := ts.sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res := <-got; res.Status != turn.ToolOK {
+		t.Fatalf("a call to a tool back after a miss: %+v", res)
+	}
 }
 
 // A tool whose servers come to disagree (a rolling deploy) keeps the
