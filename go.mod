@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/MicahParks/keyfunc/v3 v3.9.2
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/anthropics/anthropic-sdk-go/v2 v2.15.0
 	github.com/chromedp/chromedp v0.23.0
 	github.com/cockroachdb/datadriven v1.0.3
