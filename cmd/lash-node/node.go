@@ -350,6 +350,7 @@ func connect(s *settings, log *slog.Logger, watch *connWatch, cleanups *[]func()
 		}
 		*cleanups = append(*cleanups, func() { watch.close(nc) })
 		log.Info("connected to NATS", "url", nc.ConnectedUrlRedacted())
+		checkDurability(&s.conn, log)
 		return nc, nil
 	}
 	listen, err := embeddedListen(s.listen)
