@@ -109,6 +109,7 @@ func (r *Report) Markdown() string {
 	fmt.Fprintf(&b, "### Seed %d: %s of faults, %d steps, %d violations\n\n", r.Seed, r.Length, len(r.Steps), len(v.Violations))
 	fmt.Fprintf(&b, "- checked: %d sessions, %d acknowledged inputs, %d turns, %d fences, %d tool executions (%d recorded calls), %d model requests (%d recorded), %d processes, %d trigger signals\n",
 		v.Sessions, v.Inputs, v.Turns, v.Fences, v.ToolExecutions, v.ToolRecords, v.ModelRequests, v.ModelRecords, v.Processes, v.TriggerSignals)
+	fmt.Fprintf(&b, "- runs cut short and taken over: %d; publishes clients sent again after a timeout: %d\n", v.Takeovers, v.ClientRetries)
 	fmt.Fprintf(&b, "- calls run again while in doubt: %d; requests delivered after their record, within the grace: %d; process ends told twice (await and notice, ADR 0022): %d\n", v.InDoubtReruns, v.StaleDeliveries, v.ToldTwice)
 	fmt.Fprintf(&b, "- turns/s: %.1f while a fault held, %.1f between faults\n", r.Figures.TurnsPerSecFaulted, r.Figures.TurnsPerSecQuiet)
 	if len(r.Restarts) > 0 {

@@ -40,6 +40,9 @@ type Fleet struct {
 	// Links[n][j] node n's connection to server j.
 	Routes [][]*Proxy
 	Links  [][]*Proxy
+	// ClientLinks[j] carries the workload's clients to server j: faults of
+	// links and servers meet them too, and they retry as clients do.
+	ClientLinks []*Proxy
 
 	clientPorts []int
 	secret      []byte
@@ -53,6 +56,8 @@ type FleetConfig struct {
 	NodeArgs []string
 	// NodeEnv is more environment of every lash-node.
 	NodeEnv []string
+	// NodeBinary, if set, is the lash-node to run (BrokenNode).
+	NodeBinary string
 	// Seed drives the proxies' jitter.
 	Seed uint64
 }
@@ -102,6 +107,36 @@ func Binaries(t testing.TB) string {
 		t.Fatal(built.err)
 	}
 	return built.dir
+}
+
+var brokenBuilds sync.Map // build tags -> *brokenBuild
+
+type brokenBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// BrokenNode builds lash-node with build tags that remove a guard on
+// purpose (guard_*.go files of the module), for a check of the check:
+// the harness must find what the missing guard lets through. It returns
+// the binary's path.
+func BrokenNode(t testing.TB, tags string) string {
+	t.Helper()
+	dir := Binaries(t)
+	v, _ := brokenBuilds.LoadOrStore(tags, &brokenBuild{})
+	b := v.(*brokenBuild)
+	b.once.Do(func() {
+		b.path = filepath.Join(dir, "lash-node-"+strings.ReplaceAll(tags, ",", "-"))
+		cmd := exec.Command("go", "build", "-tags", tags, "-o", b.path, "../cmd/lash-node")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build -tags %s: %v\n%s", tags, err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
 }
 
 // StartFleet starts the servers, waits for their cluster to form, then
@@ -183,6 +218,9 @@ cluster {
 	if err := os.WriteFile(secretFile, f.secret, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	for j := range cfg.Servers {
+		f.ClientLinks = append(f.ClientLinks, proxy(f.clientPorts[j]))
+	}
 	f.Links = make([][]*Proxy, cfg.Nodes)
 	for n := range cfg.Nodes {
 		var urls []string
@@ -194,7 +232,11 @@ cluster {
 		name := fmt.Sprintf("n%d", n)
 		args := append([]string{"--nats", strings.Join(urls, ","), "--replicas", "3", "--node-id", name,
 			"--data", filepath.Join(f.dir, name), "--http", "off", "--log-format", "text", "--secret-file", secretFile}, cfg.NodeArgs...)
-		f.Nodes = append(f.Nodes, f.process(name, filepath.Join(bin, "lash-node"), cfg.NodeEnv, args...))
+		nodeBin := filepath.Join(bin, "lash-node")
+		if cfg.NodeBinary != "" {
+			nodeBin = cfg.NodeBinary
+		}
+		f.Nodes = append(f.Nodes, f.process(name, nodeBin, cfg.NodeEnv, args...))
 	}
 	return f
 }
@@ -245,6 +287,15 @@ func (f *Fleet) Admin(args ...string) (string, error) {
 // Secret is the deployment's secret, for clients that read its records.
 func (f *Fleet) Secret() []byte { return f.secret }
 
+// ClientURLs are the servers' client URLs through the client links.
+func (f *Fleet) ClientURLs() string {
+	var urls []string
+	for _, p := range f.ClientLinks {
+		urls = append(urls, "nats://"+p.Addr())
+	}
+	return strings.Join(urls, ",")
+}
+
 // Dir is the fleet's directory: server stores, node data, logs.
 func (f *Fleet) Dir() string { return f.dir }
 
@@ -289,7 +340,7 @@ func flip(d Direction) Direction {
 // Proxies lists every proxy of the fleet.
 func (f *Fleet) Proxies() []*Proxy {
 	var out []*Proxy
-	for _, row := range append(f.Routes, f.Links...) {
+	for _, row := range append(append(f.Routes, f.Links...), f.ClientLinks) {
 		for _, p := range row {
 			if p != nil {
 				out = append(out, p)

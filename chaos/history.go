@@ -40,6 +40,11 @@ type Verdict struct {
 	ModelRequests, ModelRecords     int
 	Processes, TriggerSignals       int
 	InDoubtReruns, StaleDeliveries  int
+	// ClientRetries counts publishes clients sent again after a timeout.
+	ClientRetries int
+	// Takeovers counts fences that followed another run's fence with no
+	// commit between: a run cut short.
+	Takeovers int
 	// ToldTwice counts process ends a session heard of both through its
 	// await and as a notice.
 	ToldTwice  int
@@ -74,6 +79,7 @@ func Check(ctx context.Context, h History) *Verdict {
 			v.violate("%s (%s): the client gave up: %s", s.ID, s.Kind, s.Err)
 		}
 		v.Inputs += len(s.Inputs)
+		v.ClientRetries += s.Retries
 		checkSession(ctx, v, insp, h, s)
 		j.load(ctx, s.ID)
 	}
@@ -154,7 +160,10 @@ func checkSession(ctx context.Context, v *Verdict, insp *lash.Inspector, h Histo
 	var token uint64
 	turnIDs := map[string]bool{}
 	var lines strings.Builder
+	var lastKind sessionlog.Kind
+	var lastOwner string
 	err = h.Client.Read(ctx, subj, 0, func(m *streams.Msg) error {
+		defer func() { lastKind = sessionlogKind(m.Data) }()
 		e, err := sessionlog.DecodeEntry(m.Data)
 		if err != nil {
 			v.violate("%s: entry %d unreadable: %v", s.ID, m.Seq, err)
@@ -164,6 +173,10 @@ func checkSession(ctx context.Context, v *Verdict, insp *lash.Inspector, h Histo
 		switch e.Kind {
 		case sessionlog.KindFence:
 			v.Fences++
+			if lastKind == sessionlog.KindFence && e.Owner != lastOwner {
+				v.Takeovers++ // a run fenced and committed nothing before another took over
+			}
+			lastOwner = e.Owner
 			// A holder may fence again under its token (a turn resumed
 			// in the same lease); an older token never.
 			if e.Token < token {
@@ -317,7 +330,11 @@ func checkProcesses(ctx context.Context, v *Verdict, h History) map[string]time.
 		v.Processes++
 		if _, rest, ok := strings.Cut(string(p.Registration.Input.Args), `"subject":"`); ok {
 			subject, _, _ := strings.Cut(rest, `"`)
-			v.triggerProcs[subject] = append(v.triggerProcs[subject], fmt.Sprintf("%s %s", p.ID, p.Status()))
+			what := fmt.Sprintf("%s %s", p.ID, p.Status())
+			if p.End != nil {
+				what += " " + clip(string(p.End.Data), 160)
+			}
+			v.triggerProcs[subject] = append(v.triggerProcs[subject], what)
 		}
 		if p.End == nil {
 			v.violate("process %s never ended (status %s)", p.ID, p.Status())
@@ -482,4 +499,11 @@ func clip(s string, n int) string {
 		return s[:n] + "..."
 	}
 	return s
+}
+
+func sessionlogKind(data []byte) sessionlog.Kind {
+	if e, err := sessionlog.DecodeEntry(data); err == nil {
+		return e.Kind
+	}
+	return 0
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -30,9 +31,22 @@ type Config struct {
 	LeaseTTL time.Duration
 	// SessionTimeout bounds one session, faults included (default 4m).
 	SessionTimeout time.Duration
-	// NodeArgs are more flags of every node: a check of the check passes
-	// one that disables a guard.
+	// NodeArgs are more flags of every node.
 	NodeArgs []string
+	// Kinds, if set, are the only fault kinds the schedule injects.
+	Kinds []FaultKind
+	// BreakTags, for a check of the check, builds the nodes with these
+	// build tags, each removing a guard (BrokenNode).
+	BreakTags string
+	// NoInputKeys, for a check of the check, has clients publish inputs
+	// without idempotency keys, as a careless client would.
+	NoInputKeys bool
+	// ModelDelay is how long each model answer takes (default none): a
+	// slower model keeps more turns in flight when a fault strikes.
+	ModelDelay time.Duration
+	// AckTimeout is how long a client waits for a publish's
+	// acknowledgement before it publishes again (default 2s).
+	AckTimeout time.Duration
 }
 
 // AppliedStep is a step as it ran.
@@ -71,10 +85,14 @@ func Run(t testing.TB, cfg Config) *Report {
 		cfg.SessionTimeout = 4 * time.Minute
 	}
 	began := time.Now()
-	models := testenv.RunModelServer(t, scripted.MustParse(Script))
+	models := testenv.RunModelServer(t, scripted.MustParse(slowed(Script, cfg.ModelDelay)))
 	args := append([]string{"--model", "chaos", "--base-url", models.URL(), "--lease-ttl", cfg.LeaseTTL.String(),
 		"--tool-refresh", "500ms", "--tool-timeout", "10s", "--model-timeout", "20s"}, cfg.NodeArgs...)
-	f := StartFleet(t, FleetConfig{Seed: cfg.Seed, NodeEnv: []string{"OPENAI_API_KEY=chaos"}, NodeArgs: args})
+	fc := FleetConfig{Seed: cfg.Seed, NodeEnv: []string{"OPENAI_API_KEY=chaos"}, NodeArgs: args}
+	if cfg.BreakTags != "" {
+		fc.NodeBinary = BrokenNode(t, cfg.BreakTags)
+	}
+	f := StartFleet(t, fc)
 	nc, err := nats.Connect(f.URLs(), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +120,19 @@ func Run(t testing.TB, cfg Config) *Report {
 		t.Fatal(err)
 	}
 	insp := lash.NewInspector(c)
-	w := NewWorkload(nc, insp, cfg.Seed, cfg.SessionTimeout)
+	// The clients reach the servers through links of their own, which
+	// the link and server faults hit too.
+	cc, err := nats.Connect(f.ClientURLs(), nats.IgnoreDiscoveredServers(), nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cc.Close)
+	w := NewWorkload(cc, insp, cfg.Seed, cfg.SessionTimeout)
+	w.NoKeys = cfg.NoInputKeys
+	if cfg.AckTimeout > 0 {
+		w.AckTimeout = cfg.AckTimeout
+	}
 	rep := &Report{Seed: cfg.Seed, Length: cfg.Length}
 
 	stop := make(chan struct{})
@@ -129,7 +159,7 @@ func Run(t testing.TB, cfg Config) *Report {
 
 	start := time.Now()
 	js, _ := jetstream.New(nc)
-	for _, step := range Schedule(cfg.Seed, cfg.Length, cfg.LeaseTTL, len(f.Nodes), len(f.Servers)) {
+	for _, step := range Schedule(cfg.Seed, cfg.Length, cfg.LeaseTTL, len(f.Nodes), len(f.Servers), cfg.Kinds...) {
 		rep.Restarts = append(rep.Restarts, f.supervise(t)...)
 		time.Sleep(time.Until(start.Add(step.At)))
 		applied := AppliedStep{Step: step, Start: time.Now()}
@@ -232,9 +262,10 @@ func (f *Fleet) inject(t testing.TB, js jetstream.JetStream, flt Fault) (undo fu
 		return f.Heal, ""
 	case PartitionServer:
 		f.PartitionServer(flt.Server, Both)
+		f.ClientLinks[flt.Server].Partition(Both)
 		return f.Heal, ""
 	case SlowLinks:
-		for _, p := range f.Links[flt.Node] {
+		for _, p := range append(f.Links[flt.Node], f.ClientLinks[flt.Server]) {
 			p.Delay(flt.Delay, flt.Jitter)
 		}
 		for j := range f.Servers {
@@ -247,6 +278,7 @@ func (f *Fleet) inject(t testing.TB, js jetstream.JetStream, flt Fault) (undo fu
 	case CutLinks:
 		var ps []*Proxy
 		ps = append(ps, f.Links[flt.Node]...)
+		ps = append(ps, f.ClientLinks[flt.Server])
 		for j := range f.Servers {
 			if j != flt.Server {
 				ps = append(ps, f.Routes[flt.Server][j], f.Routes[j][flt.Server])
@@ -309,4 +341,19 @@ func allEnded(ctx context.Context, c *streams.Client) bool {
 		}
 	}
 	return true
+}
+
+// slowed adds a delay to every rule of script.
+func slowed(script string, d time.Duration) string {
+	if d <= 0 {
+		return script
+	}
+	var b strings.Builder
+	for _, line := range strings.Split(script, "\n") {
+		b.WriteString(line + "\n")
+		if strings.HasPrefix(line, "rule ") || line == "default" {
+			b.WriteString("  delay " + d.String() + "\n")
+		}
+	}
+	return b.String()
 }

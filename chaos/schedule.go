@@ -94,11 +94,15 @@ func (s Step) String() string {
 // Schedule is the seeded plan of a run of length: steps with a quiet gap
 // between them, each kind once first (in a seeded order), then any, and
 // after the first round now and then a node fault and a server fault
-// together. lease is the nodes' lease TTL: a pause outlasts it. The same
-// seed gives the same schedule.
-func Schedule(seed uint64, length, lease time.Duration, nodes, servers int) []Step {
+// together. lease is the nodes' lease TTL: a pause outlasts it. With
+// kinds, only those, one at a time. The same seed gives the same schedule.
+func Schedule(seed uint64, length, lease time.Duration, nodes, servers int, kinds ...FaultKind) []Step {
 	rng := rand.New(rand.NewPCG(seed, 35))
-	first := append([]FaultKind(nil), FaultKinds...)
+	only := len(kinds) > 0
+	if !only {
+		kinds = FaultKinds
+	}
+	first := append([]FaultKind(nil), kinds...)
 	rng.Shuffle(len(first), func(i, j int) { first[i], first[j] = first[j], first[i] })
 	var steps []Step
 	at := 2 * time.Second
@@ -107,14 +111,14 @@ func Schedule(seed uint64, length, lease time.Duration, nodes, servers int) []St
 		if i < len(first) {
 			kind = first[i]
 		} else {
-			kind = FaultKinds[rng.IntN(len(FaultKinds))]
+			kind = kinds[rng.IntN(len(kinds))]
 		}
 		hold := time.Second + time.Duration(rng.Int64N(int64(3*time.Second)))
 		faults := []Fault{fault(rng, kind, nodes, servers)}
 		if kind == PauseNode {
 			hold = lease + time.Second + time.Duration(rng.Int64N(int64(2*time.Second)))
 		}
-		if i >= len(first) && rng.IntN(4) == 0 {
+		if !only && i >= len(first) && rng.IntN(4) == 0 {
 			// A second fault on the other side: a node's and a server's.
 			other := []FaultKind{PartitionServer, KillServer, SlowLinks}
 			if serverFault(kind) {

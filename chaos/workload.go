@@ -184,10 +184,15 @@ type Sent struct {
 // idempotency keys and publishes them again after a timeout, decides and
 // signals once a turn waits, and waits for each turn to commit.
 type Workload struct {
-	nc      *nats.Conn
-	insp    *lash.Inspector
-	rng     *rand.Rand
-	timeout time.Duration
+	// NoKeys publishes inputs without Nats-Msg-Id (a check of the check).
+	NoKeys bool
+	// AckTimeout is how long a publish waits for its acknowledgement
+	// before it is sent again.
+	AckTimeout time.Duration
+	nc         *nats.Conn
+	insp       *lash.Inspector
+	rng        *rand.Rand
+	timeout    time.Duration
 
 	mu       sync.Mutex
 	sessions []*Session
@@ -198,7 +203,7 @@ type Workload struct {
 // alone) and watches them through insp. seed picks the kinds' order and
 // the clients' pauses; timeout bounds each session.
 func NewWorkload(nc *nats.Conn, insp *lash.Inspector, seed uint64, timeout time.Duration) *Workload {
-	return &Workload{nc: nc, insp: insp, rng: rand.New(rand.NewPCG(seed, 7)), timeout: timeout}
+	return &Workload{nc: nc, insp: insp, rng: rand.New(rand.NewPCG(seed, 7)), timeout: timeout, AckTimeout: 2 * time.Second}
 }
 
 // Sessions lists the sessions run so far.
@@ -328,9 +333,11 @@ func (w *Workload) send(ctx context.Context, s *Session, kind, key, text string,
 func (w *Workload) publish(ctx context.Context, s *Session, subject, key string, data []byte) (uint64, error) {
 	for attempt := 0; ; attempt++ {
 		m := nats.NewMsg(subject)
-		m.Header.Set("Nats-Msg-Id", key)
+		if !w.NoKeys || !strings.HasPrefix(subject, "lash.sess.") {
+			m.Header.Set("Nats-Msg-Id", key)
+		}
 		m.Data = data
-		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		actx, cancel := context.WithTimeout(ctx, w.AckTimeout)
 		reply, err := w.nc.RequestMsgWithContext(actx, m)
 		cancel()
 		if err == nil {
