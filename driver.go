@@ -79,10 +79,13 @@ func (s *Session) run(ctx context.Context) (_ []TurnResult, _ uint64, err error)
 		n.mu.Unlock()
 		n.runs.Done()
 	}()
-	// A drain that runs out of time stops the turn like its caller would.
-	ctx, cancelRun := context.WithCancel(ctx)
-	defer cancelRun()
-	defer context.AfterFunc(n.halt, cancelRun)()
+	// A drain that runs out of time stops the turn like its caller would;
+	// a lapse of the node's liveness, like the loss of its lease.
+	ctx, cancelRun := context.WithCancelCause(ctx)
+	defer cancelRun(nil)
+	defer context.AfterFunc(n.halt, func() { cancelRun(nil) })()
+	alive := n.alive.context()
+	defer context.AfterFunc(alive, func() { cancelRun(context.Cause(alive)) })()
 
 	key, err := leases.Key("sess", s.id)
 	if err != nil {
@@ -92,6 +95,9 @@ func (s *Session) run(ctx context.Context) (_ []TurnResult, _ uint64, err error)
 	if errors.Is(err, leases.ErrBusy) {
 		n.observe(Event{Kind: EventLeaseBusy, Session: s.id})
 		return nil, 0, fmt.Errorf("%w: %w", ErrBusy, err)
+	}
+	if cause := context.Cause(alive); err != nil && cause != nil {
+		return nil, 0, cause
 	}
 	if err != nil {
 		return nil, 0, err

@@ -53,7 +53,8 @@ func (s *slowRenewals) KVSwap(ctx context.Context, key string, value []byte, rev
 
 // slowLeaseNode is a node whose session leases go through slowRenewals.
 // Its own liveness beat is replaced by the test's, which swaps its lease
-// manager and must not race the beat loop.
+// manager and must not race the beat loop; the test's beats tell the node
+// how long it may trust its key, as its own would.
 func slowLeaseNode(t *testing.T, r *rig, ttl time.Duration, reg *tools.Registry) (*Node, *slowRenewals) {
 	t.Helper()
 	n := r.node("a", WithTools(reg), WithLeaseTTL(ttl), func(o *options) { o.heartbeat = time.Hour })
@@ -64,7 +65,10 @@ func slowLeaseNode(t *testing.T, r *rig, ttl time.Duration, reg *tools.Registry)
 	go func() {
 		defer close(done)
 		for ctx.Err() == nil {
-			_ = beats.Beat(ctx, ttl)
+			start := time.Now()
+			if beats.Beat(ctx, ttl) == nil {
+				n.alive.trust(beats.TrustedUntil(start, ttl))
+			}
 			select {
 			case <-ctx.Done():
 			case <-time.After(ttl / 4):

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lash-run/lash/leases"
 	"github.com/lash-run/lash/processes"
+	"github.com/lash-run/lash/provider/scripted"
 	"github.com/lash-run/lash/streams"
 	"github.com/lash-run/lash/testenv"
 	"github.com/lash-run/lash/tools"
@@ -183,4 +184,64 @@ func TestLivenessGoneStopsAttempts(t *testing.T) {
 	if k := within(t, hold.started, 20*time.Second, "the call again"); k != 2 {
 		t.Fatalf("call %d after the lapse; want the second", k)
 	}
+}
+
+const holdSessionScript = `
+rule hold
+  when user contains hold
+  when tools = 0
+  call hold {}
+
+default
+  say done
+`
+
+// A node cut off from its liveness key stops its session runs by its own
+// clock, before the key can expire at the server, though their session
+// leases are renewed all along: a claimant takes the lease of a node it
+// finds dead at once, so the run must not outlive the node's trust in its
+// key. Before, the run went on until a renewal found its lease taken (the
+// seeded store faults showed two runs of a session at once). Once a beat
+// lands again, the node runs sessions again.
+func TestLivenessLapseStopsSessionRuns(t *testing.T) {
+	r := newRig(t)
+	r.models = testenv.RunModelServer(t, scripted.MustParse(holdSessionScript))
+	reg, hold := tools.New(), &holdCalls{started: make(chan int, 8), ended: make(chan error, 8)}
+	hold.register(t, reg)
+	store := &cutLiveness{}
+	// The tool timeout ends the call should the run go on: a failure, not a hang.
+	n := r.node("a", WithTools(reg), WithLeaseTTL(2*time.Second), WithToolTimeout(15*time.Second),
+		withLeaseStore(func(s leases.Store) leases.Store { store.Store = s; return store }))
+	if _, _, err := n.Session("s1").Send(r.ctx, "k1", Input{Text: "hold on"}); err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan error, 1)
+	go func() { _, err := n.Session("s1").Run(r.ctx); ran <- err }()
+	within(t, hold.started, 10*time.Second, "the call")
+	store.cut.Store(true)
+	cause := within(t, hold.ended, 10*time.Second, "the call's end once the liveness is cut")
+	key, err := leases.Key("node", "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Streams().KVGet(r.ctx, key); err != nil {
+		t.Fatalf("the node's liveness key when its run stopped: %v; want it still there", err)
+	}
+	if !errors.Is(cause, leases.ErrLost) || !strings.Contains(cause.Error(), "liveness lapsed") {
+		t.Fatalf("the call ended for %v; want the lapse", cause)
+	}
+	if err := within(t, ran, 10*time.Second, "the run's end"); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("the run: %v; want the lease lost", err)
+	}
+	store.cut.Store(false)
+	if _, _, err := n.Session("s2").Send(r.ctx, "k1", Input{Text: "hello"}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, func() error {
+		res, err := n.Session("s2").Run(r.ctx)
+		if err == nil && len(res) != 1 {
+			return fmt.Errorf("%d turns", len(res))
+		}
+		return err
+	})
 }

@@ -85,7 +85,9 @@ func WithConn(nc *nats.Conn) Option { return func(o *options) { o.conn = nc } }
 // files in dir, used when no connection is given.
 func WithEmbedded(dir string) Option { return func(o *options) { o.storeDir = dir } }
 
-// WithStreams sets the deployment's prefix and replication.
+// WithStreams sets the deployment's prefix and replication, and the
+// client's own settings, such as an interceptor of its every call to the
+// store (streams.Config.Intercept: tests fail, delay, repeat or cut them).
 func WithStreams(c streams.Config) Option { return func(o *options) { o.streams = c } }
 
 // WithModel sets the model provider.
@@ -162,6 +164,9 @@ type Node struct {
 	trusted time.Time
 	// lapsed: the node's liveness lapsed and no beat has landed since.
 	lapsed atomic.Bool
+	// alive is what session runs go on under: it ends with the node's
+	// trust in its liveness key.
+	alive  *aliveness
 	trigs  *triggers.Triggers
 	router *triggers.Router
 	// ceiling tells entries a lease could have written (ADR 0027).
@@ -228,7 +233,8 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 		o.heartbeat = o.leaseTTL / 3
 	}
 	n := &Node{opts: o, nc: o.conn, running: map[string]chan struct{}{}, waiting: map[string]bool{},
-		snapshots: make(chan struct{}, maxSnapshotWrites), states: newStates(DefaultStateCache, DefaultStateBytes)}
+		snapshots: make(chan struct{}, maxSnapshotWrites), states: newStates(DefaultStateCache, DefaultStateBytes),
+		alive: newAliveness()}
 	if o.stateCache != nil {
 		n.states = newStates(*o.stateCache, o.stateBytes)
 	}
@@ -360,6 +366,7 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 		n.closeConn()
 		return nil, fmt.Errorf("lash: following deletions: %w", err)
 	}
+	n.alive.trust(n.trusted)
 	n.beats.Add(1)
 	go n.beat(bctx)
 	return n, nil
@@ -370,7 +377,9 @@ func Open(ctx context.Context, opts ...Option) (*Node, error) {
 // own clock; past that, or when a beat that landed found the key gone,
 // other nodes may have taken it for dead and its background work over,
 // and the process worker stops what it runs (processes.Worker.Lapsed).
-// Session runs need nothing of the kind: each keeps a lease of its own.
+// Session runs stop too, at that moment and not at the next beat
+// (aliveness): their own leases do not keep them, since a claimant takes
+// the lease of a node it finds dead at once.
 func (n *Node) beat(ctx context.Context) {
 	defer n.beats.Done()
 	t := time.NewTicker(n.opts.heartbeat)
@@ -401,6 +410,7 @@ func (n *Node) beat(ctx context.Context) {
 						"node", n.opts.nodeID)
 					n.livenessLapsed()
 				}
+				n.alive.trust(trusted)
 				if gone || lapsed {
 					n.opts.logger.Info("the node's liveness is back", "node", n.opts.nodeID)
 				}
@@ -431,10 +441,11 @@ func (n *Node) beat(ctx context.Context) {
 	}
 }
 
-// livenessLapsed stops the background attempts this node runs: other
-// nodes may take them over now.
+// livenessLapsed stops the background attempts and session runs this node
+// runs: other nodes may take them over now.
 func (n *Node) livenessLapsed() {
 	n.lapsed.Store(true)
+	n.alive.lapse()
 	if w := n.worker.Load(); w != nil {
 		w.Lapsed()
 	}
@@ -504,6 +515,7 @@ func (n *Node) Close(ctx context.Context) error {
 	_ = n.gone.Unsubscribe()
 	n.stop()
 	n.beats.Wait()
+	n.alive.stop()
 	if n.proj != nil {
 		<-n.projDone
 		if cerr := n.proj.Close(); cerr != nil && err == nil {

@@ -16,7 +16,10 @@
 //     renewing.
 //   - Renew replaces the value at the held revision, keeping the TTL;
 //     Release deletes at the held revision. Both fail with ErrLost once the
-//     key moved on, and never touch a successor's lease.
+//     key moved on, and never touch a successor's lease. A move made by a
+//     renewal of the same lease object whose answer was lost is not a loss:
+//     the key still holds that lease, at a later revision, and they go on
+//     from it. A copy of the lease (Lease.Copy) gets no such benefit.
 //   - A holder measures its lease on its own monotonic clock from before the
 //     claim or renewal was sent, minus a margin (Lease.ExpiresAt), and stops
 //     trusting it then, whatever the server says.

@@ -64,6 +64,10 @@ type Lease struct {
 	ExpiresAt time.Time
 
 	mu sync.Mutex
+	// unsure: a renewal got no answer, so it may have landed and moved the
+	// key past Revision. Only this lease's own writes can have done that;
+	// a copy of it does not inherit the doubt.
+	unsure bool
 }
 
 // Valid reports whether the holder may still trust the lease at now.
@@ -237,6 +241,9 @@ func (m *Manager) lease(key string, token, rev uint64, ttl time.Duration, start 
 
 // Renew extends l by its TTL if it is still the standing value of its key;
 // otherwise ErrLost. The expiry is measured from before the request left.
+// A renewal of l that got no answer may have landed: the next Renew (or
+// Release) of l that finds the key moved by it goes on from there, rather
+// than giving up a lease nobody else has.
 func (m *Manager) Renew(ctx context.Context, l *Lease) error {
 	data, err := msgpack.Marshal(&value{Owner: l.Owner, Token: l.Token})
 	if err != nil {
@@ -246,16 +253,50 @@ func (m *Manager) Renew(ctx context.Context, l *Lease) error {
 	held, _ := l.Current()
 	rev, err := m.s.KVSwap(ctx, l.Key, data, held, l.TTL)
 	if errors.Is(err, streams.ErrConflict) {
+		if at, ok := m.ownLanded(ctx, l, held); ok {
+			start = m.now()
+			rev, err = m.s.KVSwap(ctx, l.Key, data, at, l.TTL)
+		}
+	}
+	if errors.Is(err, streams.ErrConflict) {
 		return fmt.Errorf("%w: %s (token %d) was replaced or expired", ErrLost, l.Key, l.Token)
 	}
 	if err != nil {
+		l.mu.Lock()
+		l.unsure = true
+		l.mu.Unlock()
 		return err
 	}
 	l.mu.Lock()
-	l.Revision = rev
+	l.Revision, l.unsure = rev, false
 	l.ExpiresAt = m.TrustedUntil(start, l.TTL)
 	l.mu.Unlock()
 	return nil
+}
+
+// ownLanded tells whether the key moved past held by a renewal of l whose
+// answer never came: it holds l's owner and token at a later revision,
+// which it returns. Without such a renewal a move is a successor's, or a
+// copy's of l (whose release must not free it).
+func (m *Manager) ownLanded(ctx context.Context, l *Lease, held uint64) (uint64, bool) {
+	l.mu.Lock()
+	unsure := l.unsure
+	l.mu.Unlock()
+	if !unsure {
+		return 0, false
+	}
+	e, err := m.s.KVGet(ctx, l.Key)
+	if err != nil || e.Revision <= held {
+		return 0, false
+	}
+	var v value
+	if msgpack.Unmarshal(e.Value, &v) != nil || !v.Owner.same(l.Owner) || v.token(e.Revision) != l.Token {
+		return 0, false
+	}
+	l.mu.Lock()
+	l.Revision = e.Revision
+	l.mu.Unlock()
+	return e.Revision, true
 }
 
 // Release gives l up. It removes the key only if l is still its standing
@@ -263,6 +304,11 @@ func (m *Manager) Renew(ctx context.Context, l *Lease) error {
 func (m *Manager) Release(ctx context.Context, l *Lease) error {
 	held, _ := l.Current()
 	marker, err := m.s.KVDelete(ctx, l.Key, held)
+	if errors.Is(err, streams.ErrConflict) {
+		if at, ok := m.ownLanded(ctx, l, held); ok {
+			marker, err = m.s.KVDelete(ctx, l.Key, at)
+		}
+	}
 	if errors.Is(err, streams.ErrConflict) {
 		return fmt.Errorf("%w: %s (token %d) was replaced or expired", ErrLost, l.Key, l.Token)
 	}

@@ -18,6 +18,9 @@ type pubOpts struct {
 	msgID  string
 	expect *uint64 // the subject's last sequence
 	ttl    time.Duration
+	// op names the call for an Interceptor when it is not "append" (an
+	// expected sequence) or "publish".
+	op string
 }
 
 // publish sends m with opts and reads its ack, as jetstream's PublishMsg
@@ -33,6 +36,24 @@ func (c *Client) publish(ctx context.Context, m *nats.Msg, o pubOpts) (*jetstrea
 	if o.ttl > 0 {
 		m.Header.Set(jetstream.MsgTTLHeader, o.ttl.String())
 	}
+	if c.cfg.Intercept != nil {
+		op := o.op
+		switch {
+		case op != "":
+		case o.expect != nil:
+			op = "append"
+		default:
+			op = "publish"
+		}
+		return intercepted(c, ctx, Call{Op: op, Subject: m.Subject}, func(ctx context.Context) (*jetstream.PubAck, error) {
+			return c.request(ctx, m)
+		})
+	}
+	return c.request(ctx, m)
+}
+
+// request is one round trip of publish.
+func (c *Client) request(ctx context.Context, m *nats.Msg) (*jetstream.PubAck, error) {
 	resp, err := c.nc.RequestMsgWithContext(ctx, m)
 	if errors.Is(err, nats.ErrNoResponders) {
 		// No stream answered (a leader being elected): jetstream's publish

@@ -62,34 +62,18 @@ func (c *Client) AppendBatch(ctx context.Context, entries []BatchEntry) ([]uint6
 	}
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	id := ulid.Make().String()
-	var reply *nats.Msg
-	for i, e := range entries {
-		m, err := c.msg(e.Publication)
-		if err != nil {
-			return nil, err
-		}
-		m.Header.Set(hdrBatchID, id)
-		m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
-		if e.MsgID != "" {
-			m.Header.Set(jetstream.MsgIDHeader, e.MsgID)
-		}
-		if e.Expect != nil {
-			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(*e.Expect, 10))
-		}
-		if i < len(entries)-1 {
-			// Without a reply subject the server answers nothing until
-			// the commit, whose ack reports any earlier failure.
-			if err := c.nc.PublishMsg(m); err != nil {
-				return nil, c.batchErr(err, entries)
-			}
-			continue
-		}
-		m.Header.Set(hdrBatchCommit, "1")
-		if reply, err = c.nc.RequestMsgWithContext(ctx, m); err != nil {
-			return nil, c.batchErr(err, entries)
-		}
+	var sent batchSent
+	if c.cfg.Intercept != nil {
+		sent, err = intercepted(c, ctx, Call{Op: "batch", Subject: entries[0].Subject}, func(ctx context.Context) (batchSent, error) {
+			return c.sendBatch(ctx, entries)
+		})
+	} else {
+		sent, err = c.sendBatch(ctx, entries)
 	}
+	if err != nil {
+		return nil, err
+	}
+	id, reply := sent.id, sent.reply
 	var ack struct {
 		Error    *jetstream.APIError `json:"error,omitempty"`
 		Sequence uint64              `json:"seq"`
@@ -110,6 +94,45 @@ func (c *Client) AppendBatch(ctx context.Context, entries []BatchEntry) ([]uint6
 		seqs[i] = ack.Sequence - uint64(len(entries)-1-i)
 	}
 	return seqs, nil
+}
+
+// batchSent is a batch as sent: its id, and the answer to its commit.
+type batchSent struct {
+	id    string
+	reply *nats.Msg
+}
+
+// sendBatch publishes entries as one atomic batch under a fresh id, and
+// waits for the answer to its last message, the commit.
+func (c *Client) sendBatch(ctx context.Context, entries []BatchEntry) (batchSent, error) {
+	sent := batchSent{id: ulid.Make().String()}
+	for i, e := range entries {
+		m, err := c.msg(e.Publication)
+		if err != nil {
+			return batchSent{}, err
+		}
+		m.Header.Set(hdrBatchID, sent.id)
+		m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
+		if e.MsgID != "" {
+			m.Header.Set(jetstream.MsgIDHeader, e.MsgID)
+		}
+		if e.Expect != nil {
+			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(*e.Expect, 10))
+		}
+		if i < len(entries)-1 {
+			// Without a reply subject the server answers nothing until
+			// the commit, whose ack reports any earlier failure.
+			if err := c.nc.PublishMsg(m); err != nil {
+				return batchSent{}, c.batchErr(err, entries)
+			}
+			continue
+		}
+		m.Header.Set(hdrBatchCommit, "1")
+		if sent.reply, err = c.nc.RequestMsgWithContext(ctx, m); err != nil {
+			return batchSent{}, c.batchErr(err, entries)
+		}
+	}
+	return sent, nil
 }
 
 func (c *Client) batchErr(err error, entries []BatchEntry) error {

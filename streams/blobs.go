@@ -66,20 +66,47 @@ func (c *Client) PutBlob(ctx context.Context, data []byte) ([32]byte, error) {
 func (c *Client) PutObject(ctx context.Context, name string, sum [32]byte, meta map[string]string, data []byte) error {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	info, err := c.blobs.GetInfo(ctx, name)
+	info, err := c.blobInfo(ctx, name)
 	switch {
 	case err == nil && info.Digest == digestOf(sum):
 		return nil
 	case err != nil && !errors.Is(err, jetstream.ErrObjectNotFound):
 		return fmt.Errorf("streams: blob %s: %w", name, err)
 	}
-	if _, err := c.blobs.Put(ctx, jetstream.ObjectMeta{Name: name, Metadata: meta}, bytes.NewReader(data)); err != nil {
+	if err := c.putBlob(ctx, name, meta, data); err != nil {
 		if tooLarge(err) {
 			return fmt.Errorf("%w: a chunk of blob %s", ErrTooLarge, name)
 		}
 		return fmt.Errorf("streams: put blob %s: %w", name, err)
 	}
 	return nil
+}
+
+// blobInfo reads the metadata of the object named name.
+func (c *Client) blobInfo(ctx context.Context, name string) (*jetstream.ObjectInfo, error) {
+	if c.cfg.Intercept != nil {
+		return intercepted(c, ctx, Call{Op: "blob.info", Subject: c.metaSubject(name)}, func(ctx context.Context) (*jetstream.ObjectInfo, error) {
+			return c.blobs.GetInfo(ctx, name)
+		})
+	}
+	return c.blobs.GetInfo(ctx, name)
+}
+
+// putBlob stores data as the object named name: its chunks, then its
+// metadata.
+func (c *Client) putBlob(ctx context.Context, name string, meta map[string]string, data []byte) error {
+	if c.cfg.Intercept != nil {
+		_, err := intercepted(c, ctx, Call{Op: "blob.put", Subject: c.metaSubject(name)}, func(ctx context.Context) (none, error) {
+			return only(c.putBlobOnce(ctx, name, meta, data))
+		})
+		return err
+	}
+	return c.putBlobOnce(ctx, name, meta, data)
+}
+
+func (c *Client) putBlobOnce(ctx context.Context, name string, meta map[string]string, data []byte) error {
+	_, err := c.blobs.Put(ctx, jetstream.ObjectMeta{Name: name, Metadata: meta}, bytes.NewReader(data))
+	return err
 }
 
 // BlobSize returns the size of the object named by sum, or ErrNotFound.
@@ -96,7 +123,7 @@ func (c *Client) objectInfo(ctx context.Context, name string) (*jetstream.Object
 	defer cancel()
 	var info *jetstream.ObjectInfo
 	err := retryRead(ctx, func() (err error) {
-		info, err = c.blobs.GetInfo(ctx, name)
+		info, err = c.blobInfo(ctx, name)
 		return err
 	})
 	switch {
@@ -200,7 +227,15 @@ type ObjectInfo struct {
 func (c *Client) Objects(ctx context.Context, fn func(ObjectInfo) error) error {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	list, err := c.blobs.List(ctx)
+	var list []*jetstream.ObjectInfo
+	var err error
+	if c.cfg.Intercept != nil {
+		list, err = intercepted(c, ctx, Call{Op: "blob.list", Subject: "$O." + c.cfg.blobBucket() + ".M.>"}, func(ctx context.Context) ([]*jetstream.ObjectInfo, error) {
+			return c.blobs.List(ctx)
+		})
+	} else {
+		list, err = c.blobs.List(ctx)
+	}
 	if errors.Is(err, jetstream.ErrNoObjectsFound) {
 		return nil
 	}

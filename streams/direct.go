@@ -38,12 +38,13 @@ func (c *Client) directGet(ctx context.Context, st jetstream.Stream, stream, sub
 	defer cancel()
 	var reply *nats.Msg
 	err := retryRead(ctx, func() (err error) {
-		reply, err = c.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+stream, body)
-		if errors.Is(err, nats.ErrNoResponders) {
-			if info, ierr := st.Info(ctx); ierr == nil && !info.Config.AllowDirect {
-				return errDirectOff
-			}
+		if c.cfg.Intercept != nil {
+			reply, err = intercepted(c, ctx, Call{Op: "direct.get", Subject: subject}, func(ctx context.Context) (*nats.Msg, error) {
+				return c.directAsk(ctx, st, stream, body)
+			})
+			return err
 		}
+		reply, err = c.directAsk(ctx, st, stream, body)
 		return err
 	})
 	if errors.Is(err, errDirectOff) {
@@ -53,6 +54,17 @@ func (c *Client) directGet(ctx context.Context, st jetstream.Stream, stream, sub
 		return nil, fmt.Errorf("streams: read %s: %w", subject, err)
 	}
 	return directAnswer(reply, subject)
+}
+
+// directAsk is one round trip of directGet.
+func (c *Client) directAsk(ctx context.Context, st jetstream.Stream, stream string, body []byte) (*nats.Msg, error) {
+	reply, err := c.nc.RequestWithContext(ctx, "$JS.API.DIRECT.GET."+stream, body)
+	if errors.Is(err, nats.ErrNoResponders) {
+		if info, ierr := st.Info(ctx); ierr == nil && !info.Config.AllowDirect {
+			return nil, errDirectOff
+		}
+	}
+	return reply, err
 }
 
 // directAnswer reads a direct get's reply: the message with its place in
@@ -146,6 +158,42 @@ func (c *Client) directRead(ctx context.Context, st jetstream.Stream, stream, su
 // message; it returns the last sequence handed over and whether more
 // follow.
 func (c *Client) directBatch(ctx context.Context, st jetstream.Stream, stream, subject string, seq uint64, fn func(*Msg) error) (last uint64, more bool, err error) {
+	if c.cfg.Intercept != nil {
+		return c.directBatchIntercepted(ctx, st, stream, subject, seq, fn)
+	}
+	return c.directBatchOnce(ctx, st, stream, subject, seq, fn)
+}
+
+// directBatchIntercepted is directBatch through the interceptor. The
+// messages of a call are handed to fn once it returned, so a call made
+// again or whose answer is lost hands nothing twice (fn must not reach the
+// interceptor: as a closure it would escape on every read).
+func (c *Client) directBatchIntercepted(ctx context.Context, st jetstream.Stream, stream, subject string, seq uint64, fn func(*Msg) error) (last uint64, more bool, err error) {
+	a, err := intercepted(c, ctx, Call{Op: "direct.read", Subject: subject}, func(ctx context.Context) (batchAnswer, error) {
+		var a batchAnswer
+		_, more, err := c.directBatchOnce(ctx, st, stream, subject, seq, func(m *Msg) error {
+			a.msgs = append(a.msgs, m)
+			return nil
+		})
+		a.more = more
+		return a, err
+	})
+	for _, m := range a.msgs {
+		last = m.Seq
+		if err := fn(m); err != nil {
+			return last, false, &fnError{err}
+		}
+	}
+	return last, a.more, err
+}
+
+// batchAnswer is what one batched direct get brought.
+type batchAnswer struct {
+	msgs []*Msg
+	more bool
+}
+
+func (c *Client) directBatchOnce(ctx context.Context, st jetstream.Stream, stream, subject string, seq uint64, fn func(*Msg) error) (last uint64, more bool, err error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
 	inbox, answers, done, err := c.replies.open(c.nc)

@@ -14,6 +14,7 @@ import (
 // each message goes to one node at a time, and comes back to some node if
 // it is not acknowledged within the ack wait (its node died, or declined).
 type Dispatcher struct {
+	c       *Client
 	cons    jetstream.Consumer
 	ackWait time.Duration
 }
@@ -24,6 +25,7 @@ type Delivery struct {
 	// Delivered counts the deliveries of this message, this one included.
 	Delivered uint64
 	raw       jetstream.Msg
+	c         *Client
 	// stopKeeping ends the progress notes of Serve, if any, and waits for
 	// the last: a note after a retry would bring the message back after
 	// the ack wait, not the retry's delay.
@@ -37,7 +39,13 @@ func (d *Delivery) settle() {
 }
 
 // Ack says the message's work is done.
-func (d *Delivery) Ack() error { d.settle(); return d.raw.Ack() }
+func (d *Delivery) Ack() error {
+	d.settle()
+	if d.intercepted() {
+		return d.send(context.Background(), func(context.Context) error { return d.raw.Ack() })
+	}
+	return d.raw.Ack()
+}
 
 // AckSync is Ack that waits for the server to have taken it: a message
 // removed after it (Purge) is then no pending delivery of the consumer.
@@ -45,14 +53,39 @@ func (d *Delivery) AckSync(ctx context.Context) error {
 	d.settle()
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
+	if d.intercepted() {
+		return d.send(ctx, d.raw.DoubleAck)
+	}
 	return d.raw.DoubleAck(ctx)
 }
 
 // Retry hands the message back, to be delivered again after delay.
-func (d *Delivery) Retry(delay time.Duration) error { d.settle(); return d.raw.NakWithDelay(delay) }
+func (d *Delivery) Retry(delay time.Duration) error {
+	d.settle()
+	if d.intercepted() {
+		return d.send(context.Background(), func(context.Context) error { return d.raw.NakWithDelay(delay) })
+	}
+	return d.raw.NakWithDelay(delay)
+}
 
 // InProgress extends the ack wait while long work goes on.
-func (d *Delivery) InProgress() error { return d.raw.InProgress() }
+func (d *Delivery) InProgress() error {
+	if d.intercepted() {
+		return d.send(context.Background(), func(context.Context) error { return d.raw.InProgress() })
+	}
+	return d.raw.InProgress()
+}
+
+func (d *Delivery) intercepted() bool { return d.c != nil && d.c.cfg.Intercept != nil }
+
+// send makes one of the delivery's acknowledgements through the
+// interceptor.
+func (d *Delivery) send(ctx context.Context, f func(context.Context) error) error {
+	_, err := intercepted(d.c, ctx, Call{Op: "ack", Subject: d.Msg.Subject}, func(ctx context.Context) (none, error) {
+		return only(f(ctx))
+	})
+	return err
+}
 
 // Dispatcher binds the durable consumer name on stream s over filters,
 // creating it if needed, or updating its filters and ack wait. ackWait is
@@ -75,13 +108,23 @@ func (c *Client) Dispatcher(ctx context.Context, s Stream, name string, filters 
 	}
 	var cons jetstream.Consumer
 	err = retryRead(ctx, func() (err error) {
+		if c.cfg.Intercept != nil {
+			cons, err = c.consumerIntercepted(ctx, st, cfg)
+			return err
+		}
 		cons, err = st.CreateOrUpdateConsumer(ctx, cfg)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("streams: dispatcher %s: %w", name, err)
 	}
-	return &Dispatcher{cons: cons, ackWait: ackWait}, nil
+	return &Dispatcher{c: c, cons: cons, ackWait: ackWait}, nil
+}
+
+func (c *Client) consumerIntercepted(ctx context.Context, st jetstream.Stream, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	return intercepted(c, ctx, Call{Op: "consumer", Subject: st.CachedInfo().Config.Name}, func(ctx context.Context) (jetstream.Consumer, error) {
+		return st.CreateOrUpdateConsumer(ctx, cfg)
+	})
 }
 
 // Serve hands out deliveries until ctx ends, each to fn in a goroutine of
@@ -138,7 +181,7 @@ func (d *Dispatcher) keep(dl *Delivery) func() {
 			case <-done:
 				return
 			case <-t.C:
-				_ = dl.raw.InProgress()
+				_ = dl.InProgress()
 			}
 		}
 	}()
@@ -150,7 +193,15 @@ func (d *Dispatcher) keep(dl *Delivery) func() {
 // with each one as it arrives: a lone message is handed out at once, not
 // when the wait ends. It returns the number handed out.
 func (d *Dispatcher) Fetch(ctx context.Context, max int, wait time.Duration, fn func(*Delivery)) (int, error) {
-	batch, err := d.cons.Fetch(max, jetstream.FetchMaxWait(wait))
+	var batch jetstream.MessageBatch
+	var err error
+	if d.c.cfg.Intercept != nil {
+		batch, err = intercepted(d.c, ctx, Call{Op: "fetch", Subject: d.cons.CachedInfo().Stream}, func(context.Context) (jetstream.MessageBatch, error) {
+			return d.cons.Fetch(max, jetstream.FetchMaxWait(wait))
+		})
+	} else {
+		batch, err = d.cons.Fetch(max, jetstream.FetchMaxWait(wait))
+	}
 	if err != nil {
 		if transientRead(err) || errors.Is(err, jetstream.ErrNoMessages) {
 			return 0, nil
@@ -165,7 +216,7 @@ func (d *Dispatcher) Fetch(ctx context.Context, max int, wait time.Duration, fn 
 			continue
 		}
 		n++
-		fn(&Delivery{raw: raw, Delivered: meta.NumDelivered, Msg: &Msg{Subject: raw.Subject(), Seq: meta.Sequence.Stream,
+		fn(&Delivery{raw: raw, c: d.c, Delivered: meta.NumDelivered, Msg: &Msg{Subject: raw.Subject(), Seq: meta.Sequence.Stream,
 			Header: raw.Headers(), Data: raw.Data(), Time: meta.Timestamp}})
 	}
 	if err := batch.Error(); err != nil && !errors.Is(err, jetstream.ErrNoMessages) && !transientRead(err) &&

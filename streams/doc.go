@@ -85,4 +85,16 @@
 // the client finds out at its next read and reads through the API from
 // then on). Every call takes a context; calls
 // without a deadline get DefaultTimeout.
+//
+// # Interception
+//
+// Config.Intercept puts an Interceptor between the client and the servers:
+// every round trip the client makes (a publish, a batch, a call on the
+// lease bucket or the object store, a read, a dispatcher's fetch and acks)
+// runs through it, named by a Call. Tests wrap the store there, as
+// pebble's errorfs wraps a file system: a call fails before it is sent,
+// loses its reply after it landed (the ambiguous case every write must
+// survive), waits, goes twice, or every call fails from some point on (a
+// node cut off). Without an interceptor a call costs a nil check (ADR
+// 0043).
 package streams

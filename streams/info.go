@@ -59,11 +59,7 @@ func (c *Client) Info(ctx context.Context) ([]StreamInfo, error) {
 			out = append(out, StreamInfo{Name: c.cfg.streamName(Stream(i)), Missing: true})
 			continue
 		}
-		var info *jetstream.StreamInfo
-		err := retryRead(ctx, func() (err error) {
-			info, err = st.Info(ctx)
-			return err
-		})
+		info, err := c.streamInfo(ctx, st, "")
 		if errors.Is(err, jetstream.ErrStreamNotFound) && i < int(numStreams) {
 			out = append(out, StreamInfo{Name: c.cfg.streamName(Stream(i)), Missing: true})
 			continue

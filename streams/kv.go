@@ -31,7 +31,15 @@ func (c *Client) KVCreate(ctx context.Context, key string, value []byte, ttl tim
 	if ttl > 0 {
 		opts = append(opts, jetstream.KeyTTL(ttl))
 	}
-	rev, err := c.leases.Create(ctx, key, value, opts...)
+	var rev uint64
+	var err error
+	if c.cfg.Intercept != nil {
+		rev, err = intercepted(c, ctx, Call{Op: "kv.create", Subject: c.kvSubject(key)}, func(ctx context.Context) (uint64, error) {
+			return c.leases.Create(ctx, key, value, opts...)
+		})
+	} else {
+		rev, err = c.leases.Create(ctx, key, value, opts...)
+	}
 	if err != nil {
 		return 0, c.kvErr("create", key, 0, err)
 	}
@@ -44,8 +52,7 @@ func (c *Client) KVCreate(ctx context.Context, key string, value []byte, ttl tim
 func (c *Client) KVSwap(ctx context.Context, key string, value []byte, rev uint64, ttl time.Duration) (uint64, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	subj := "$KV." + c.cfg.leaseBucket() + "." + key
-	ack, err := c.publish(ctx, &nats.Msg{Subject: subj, Data: value, Header: nats.Header{}}, pubOpts{expect: &rev, ttl: ttl})
+	ack, err := c.publish(ctx, &nats.Msg{Subject: c.kvSubject(key), Data: value, Header: nats.Header{}}, pubOpts{expect: &rev, ttl: ttl, op: "kv.swap"})
 	if err != nil {
 		return 0, c.kvErr("swap", key, rev, err)
 	}
@@ -62,10 +69,10 @@ func (c *Client) KVSwap(ctx context.Context, key string, value []byte, rev uint6
 func (c *Client) KVDelete(ctx context.Context, key string, rev uint64) (uint64, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	msg := nats.NewMsg("$KV." + c.cfg.leaseBucket() + "." + key)
+	msg := nats.NewMsg(c.kvSubject(key))
 	msg.Header.Set(kvOperation, kvOperationDelete)
 	msg.Header.Set(jetstream.MarkerReasonHeader, markerRemoved)
-	ack, err := c.publish(ctx, msg, pubOpts{expect: &rev, ttl: leaseMarkerTTL})
+	ack, err := c.publish(ctx, msg, pubOpts{expect: &rev, ttl: leaseMarkerTTL, op: "kv.delete"})
 	if err != nil {
 		return 0, c.kvErr("delete", key, rev, err)
 	}
@@ -88,6 +95,12 @@ func (c *Client) KVGet(ctx context.Context, key string) (*KVEntry, error) {
 	defer cancel()
 	var e jetstream.KeyValueEntry
 	err := retryRead(ctx, func() (err error) {
+		if c.cfg.Intercept != nil {
+			e, err = intercepted(c, ctx, Call{Op: "kv.get", Subject: c.kvSubject(key)}, func(ctx context.Context) (jetstream.KeyValueEntry, error) {
+				return c.leases.Get(ctx, key)
+			})
+			return err
+		}
 		e, err = c.leases.Get(ctx, key)
 		return err
 	})
@@ -113,11 +126,7 @@ func (c *Client) KVList(ctx context.Context, prefix string) ([]KVEntry, error) {
 	if i := strings.LastIndexByte(prefix, '.'); i >= 0 {
 		filter = base + prefix[:i+1] + ">"
 	}
-	var info *jetstream.StreamInfo
-	err := retryRead(ctx, func() (err error) {
-		info, err = c.leaseStream.Info(ctx, jetstream.WithSubjectFilter(filter))
-		return err
-	})
+	info, err := c.streamInfo(ctx, c.leaseStream, filter)
 	if err != nil {
 		return nil, fmt.Errorf("streams: list %s: %w", prefix, err)
 	}
@@ -142,11 +151,14 @@ func (c *Client) KVList(ctx context.Context, prefix string) ([]KVEntry, error) {
 	return out, nil
 }
 
+// kvSubject is the subject of key in the lease bucket.
+func (c *Client) kvSubject(key string) string { return "$KV." + c.cfg.leaseBucket() + "." + key }
+
 func (c *Client) kvErr(op, key string, rev uint64, err error) error {
 	code := apiCode(err)
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) ||
 		code == codeWrongLastSequence || code == codeWrongLastSequenceConst {
-		return &ConflictError{Subject: "$KV." + c.cfg.leaseBucket() + "." + key, Expected: rev, Code: code}
+		return &ConflictError{Subject: c.kvSubject(key), Expected: rev, Code: code}
 	}
 	return fmt.Errorf("streams: %s %s: %w", op, key, err)
 }
@@ -156,11 +168,7 @@ func (c *Client) kvErr(op, key string, rev uint64, err error) error {
 func (c *Client) LeaseRevision(ctx context.Context) (uint64, error) {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	var info *jetstream.StreamInfo
-	err := retryRead(ctx, func() (err error) {
-		info, err = c.leaseStream.Info(ctx)
-		return err
-	})
+	info, err := c.streamInfo(ctx, c.leaseStream, "")
 	if err != nil {
 		return 0, fmt.Errorf("streams: lease bucket info: %w", err)
 	}

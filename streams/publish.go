@@ -211,6 +211,12 @@ func (c *Client) Head(ctx context.Context, subject string) (*Msg, error) {
 	defer cancel()
 	var raw *jetstream.RawStreamMsg
 	err = retryRead(ctx, func() (err error) {
+		if c.cfg.Intercept != nil {
+			raw, err = intercepted(c, ctx, Call{Op: "get", Subject: subject}, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+				return st.GetLastMsgForSubject(ctx, subject)
+			})
+			return err
+		}
 		raw, err = st.GetLastMsgForSubject(ctx, subject)
 		return err
 	})
@@ -233,6 +239,12 @@ func (c *Client) NextOnSubject(ctx context.Context, subject string, seq uint64) 
 	defer cancel()
 	var raw *jetstream.RawStreamMsg
 	err = retryRead(ctx, func() (err error) {
+		if c.cfg.Intercept != nil {
+			raw, err = intercepted(c, ctx, Call{Op: "get", Subject: subject}, func(ctx context.Context) (*jetstream.RawStreamMsg, error) {
+				return st.GetMsg(ctx, max(seq, 1), jetstream.WithGetMsgSubject(subject))
+			})
+			return err
+		}
 		raw, err = st.GetMsg(ctx, max(seq, 1), jetstream.WithGetMsgSubject(subject))
 		return err
 	})

@@ -213,10 +213,20 @@ func (c *Client) PurgeBefore(ctx context.Context, subject string, seq uint64) er
 	}
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	if err := st.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(seq)); err != nil {
+	if err := c.purge(ctx, st, subject, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeSequence(seq)); err != nil {
 		return fmt.Errorf("streams: purge %s before %d: %w", subject, seq, err)
 	}
 	return nil
+}
+
+func (c *Client) purge(ctx context.Context, st jetstream.Stream, subject string, opts ...jetstream.StreamPurgeOpt) error {
+	if c.cfg.Intercept != nil {
+		_, err := intercepted(c, ctx, Call{Op: "purge", Subject: subject}, func(ctx context.Context) (none, error) {
+			return only(st.Purge(ctx, opts...))
+		})
+		return err
+	}
+	return st.Purge(ctx, opts...)
 }
 
 // Purge removes every message matching filter, for lifecycle rules such as
@@ -228,7 +238,7 @@ func (c *Client) Purge(ctx context.Context, filter string) error {
 	}
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
-	if err := st.Purge(ctx, jetstream.WithPurgeSubject(filter)); err != nil {
+	if err := c.purge(ctx, st, filter, jetstream.WithPurgeSubject(filter)); err != nil {
 		return fmt.Errorf("streams: purge %s: %w", filter, err)
 	}
 	return nil

@@ -34,6 +34,12 @@ func (c *Client) tail(ctx context.Context, st jetstream.Stream, filters []string
 	}
 	var cons jetstream.Consumer
 	err := retryRead(ctx, func() (err error) {
+		if c.cfg.Intercept != nil {
+			cons, err = intercepted(c, ctx, Call{Op: "tail", Subject: st.CachedInfo().Config.Name}, func(ctx context.Context) (jetstream.Consumer, error) {
+				return st.OrderedConsumer(ctx, cfg)
+			})
+			return err
+		}
 		cons, err = st.OrderedConsumer(ctx, cfg)
 		return err
 	})
@@ -120,18 +126,41 @@ func (c *Client) info(ctx context.Context, s Stream) (*jetstream.StreamInfo, err
 	if err != nil {
 		return nil, err
 	}
-	var info *jetstream.StreamInfo
-	err = retryRead(ctx, func() (err error) {
-		info, err = st.Info(ctx)
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return fmt.Errorf("%w: %s is not on the server", ErrStreamMissing, c.cfg.streamName(s))
-		}
-		return err
-	})
+	info, err := c.streamInfo(ctx, st, "")
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		err = fmt.Errorf("%w: %s is not on the server", ErrStreamMissing, c.cfg.streamName(s))
+	}
 	if err != nil {
 		return nil, fmt.Errorf("streams: info %s: %w", c.cfg.streamName(s), err)
 	}
 	return info, nil
+}
+
+// streamInfo reads the state of st from its leader, with the subjects that
+// match filter unless it is empty.
+func (c *Client) streamInfo(ctx context.Context, st jetstream.Stream, filter string) (*jetstream.StreamInfo, error) {
+	var info *jetstream.StreamInfo
+	err := retryRead(ctx, func() (err error) {
+		info, err = c.streamInfoOnce(ctx, st, infoOpts(filter))
+		return err
+	})
+	return info, err
+}
+
+func (c *Client) streamInfoOnce(ctx context.Context, st jetstream.Stream, opts []jetstream.StreamInfoOpt) (*jetstream.StreamInfo, error) {
+	if c.cfg.Intercept != nil {
+		return intercepted(c, ctx, Call{Op: "info", Subject: st.CachedInfo().Config.Name}, func(ctx context.Context) (*jetstream.StreamInfo, error) {
+			return st.Info(ctx, opts...)
+		})
+	}
+	return st.Info(ctx, opts...)
+}
+
+func infoOpts(filter string) []jetstream.StreamInfoOpt {
+	if filter == "" {
+		return nil
+	}
+	return []jetstream.StreamInfoOpt{jetstream.WithSubjectFilter(filter)}
 }
 
 // IsBatchCommit and BatchID read the atomic batch headers a stored message
@@ -151,11 +180,7 @@ func (c *Client) SubjectCounts(ctx context.Context, s Stream, filter string) (ma
 	if err != nil {
 		return nil, err
 	}
-	var info *jetstream.StreamInfo
-	err = retryRead(ctx, func() (err error) {
-		info, err = st.Info(ctx, jetstream.WithSubjectFilter(filter))
-		return err
-	})
+	info, err := c.streamInfo(ctx, st, filter)
 	if err != nil {
 		return nil, fmt.Errorf("streams: subjects of %s: %w", c.cfg.streamName(s), err)
 	}

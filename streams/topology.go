@@ -79,6 +79,10 @@ type Config struct {
 	LiveRetention time.Duration
 	LiveMaxBytes  int64
 	LiveFile      bool
+	// Intercept, if set, sees every round trip of the client to the
+	// servers (Interceptor): tests wrap the store with it to fail, delay,
+	// repeat or cut calls. It is the client's own, not the deployment's.
+	Intercept Interceptor
 }
 
 // Defaults.
