@@ -55,12 +55,18 @@ func (a *aliveness) trust(until time.Time) {
 
 // lapse ends the runs' context now.
 func (a *aliveness) lapse() {
+	if !holderGuard {
+		return
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.cancel(errLivenessLapsed)
 }
 
 func (a *aliveness) expire() {
+	if !holderGuard {
+		return
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if !time.Now().Before(a.until) {

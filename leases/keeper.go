@@ -38,6 +38,9 @@ func (m *Manager) Keep(ctx context.Context, l *Lease, onRetry func(error)) (cont
 			case <-kctx.Done():
 				return
 			case <-expiry.C:
+				if !selfExpiry {
+					continue
+				}
 				cancel(fmt.Errorf("%w: %s (token %d) not renewed before it expired", ErrLost, l.Key, l.Token))
 				return
 			case <-tick.C:
@@ -50,7 +53,7 @@ func (m *Manager) Keep(ctx context.Context, l *Lease, onRetry func(error)) (cont
 			case err == nil:
 				_, expires = l.Current()
 				expiry.Reset(time.Until(expires))
-			case errors.Is(err, ErrLost):
+			case errors.Is(err, ErrLost) && selfExpiry:
 				cancel(err)
 				return
 			case onRetry != nil:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/lash-run/lash/blobs"
 	"github.com/lash-run/lash/streams"
@@ -230,7 +231,7 @@ func (l *Log) fence(ctx context.Context, session, subj string, token uint64, own
 	if err != nil {
 		return Position{}, err
 	}
-	seq, _, err := l.s.Append(ctx, streams.Publication{Subject: subj, Data: data, MsgID: msgID(subj, "fence", strconv.FormatUint(token, 10))}, rev)
+	seq, _, err := l.append(ctx, streams.Publication{Subject: subj, Data: data, MsgID: msgID(subj, "fence", strconv.FormatUint(token, 10))}, rev)
 	if err != nil {
 		return Position{}, err
 	}
@@ -249,7 +250,7 @@ func (l *Log) Refence(ctx context.Context, pos Position, owner string) (Position
 		return Position{}, err
 	}
 	id := strconv.FormatUint(pos.token, 10) + "@" + strconv.FormatUint(pos.seq, 10)
-	seq, _, err := l.s.Append(ctx, streams.Publication{Subject: pos.subject, Data: data, MsgID: msgID(pos.subject, "fence", id)}, pos.seq)
+	seq, _, err := l.append(ctx, streams.Publication{Subject: pos.subject, Data: data, MsgID: msgID(pos.subject, "fence", id)}, pos.seq)
 	if err != nil {
 		return Position{}, err
 	}
@@ -283,6 +284,15 @@ func (l *Log) decode(m *streams.Msg) (*Entry, error) {
 // msgID scopes a msg id to one session's subject: JetStream dedupes msg
 // ids across the whole stream.
 func msgID(subject, kind, id string) string { return kind + ":" + subject + ":" + id }
+
+// append appends p expecting the subject's head at expect (fenceGuard).
+func (l *Log) append(ctx context.Context, p streams.Publication, expect uint64) (uint64, bool, error) {
+	if !fenceGuard {
+		p.MsgID += "#" + strconv.FormatInt(time.Now().UnixNano(), 10)
+		return l.s.Publish(ctx, p)
+	}
+	return l.s.Append(ctx, p, expect)
+}
 
 // Commit appends a turn's commit after the holder's position and returns
 // the holder's new position. Of racing commits on one position exactly one
@@ -328,7 +338,7 @@ func (l *Log) write(ctx context.Context, pos Position, kind Kind, turn string, b
 	if err != nil {
 		return Position{}, err
 	}
-	seq, dup, err := l.s.Append(ctx, streams.Publication{Subject: subj, Data: data, MsgID: msgID(subj, kind.String(), turn)}, expect)
+	seq, dup, err := l.append(ctx, streams.Publication{Subject: subj, Data: data, MsgID: msgID(subj, kind.String(), turn)}, expect)
 	if err == nil && !dup {
 		return at(seq), nil
 	}
