@@ -46,6 +46,7 @@ type Fleet struct {
 
 	clientPorts []int
 	secret      []byte
+	proxies     []*Proxy
 }
 
 // FleetConfig says what a Fleet runs.
@@ -162,7 +163,7 @@ func StartFleet(t testing.TB, cfg FleetConfig) *Fleet {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = p.Close() })
+		f.proxies = append(f.proxies, p) // closed by stop, once the processes are gone
 		return p
 	}
 	f.Routes = make([][]*Proxy, cfg.Servers)
@@ -364,22 +365,35 @@ func (f *Fleet) stop() {
 		p.Kill()
 		_ = p.log.Close()
 	}
+	for _, p := range f.proxies {
+		_ = p.Close()
+	}
 }
 
 // Start runs the process; it fails t if it cannot start.
 func (p *Process) Start(t testing.TB) {
 	t.Helper()
+	if err := p.start(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// start runs the process, or says why it cannot.
+func (p *Process) start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cmd != nil {
-		t.Fatalf("chaos: %s is running", p.Name)
+		return fmt.Errorf("chaos: %s is running", p.Name)
 	}
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Env = append(os.Environ(), p.env...)
+	// A process that holds the pipe's other end open (a child) cannot
+	// keep Wait, and so Kill, waiting for ever.
+	cmd.WaitDelay = 5 * time.Second
 	r, w := io.Pipe()
 	cmd.Stdout, cmd.Stderr = w, w
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return fmt.Errorf("chaos: starting %s: %w", p.Name, err)
 	}
 	p.started++
 	fmt.Fprintf(p.log, "=== start %d at %s\n", p.started, time.Now().Format(time.RFC3339Nano))
@@ -397,12 +411,16 @@ func (p *Process) Start(t testing.TB) {
 			}
 			p.mu.Unlock()
 		}
+		// A line past the scanner's bound must not stop the process on
+		// a full pipe.
+		_, _ = io.Copy(io.Discard, r)
 	}()
 	go func() {
 		_ = cmd.Wait()
 		w.Close()
 		close(done)
 	}()
+	return nil
 }
 
 // exited reports whether the process was started and ended on its own.
@@ -487,7 +505,8 @@ func (p *Process) WaitLine(t testing.TB, s string, d time.Duration) {
 	t.Fatalf("chaos: %s printed no %q in %s:\n%s", p.Name, s, d, p.Tail(60))
 }
 
-// Tail is the last n lines the process printed since its last start.
+// Tail is the last n lines the process printed (of those WaitLine has
+// not passed over).
 func (p *Process) Tail(n int) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -30,7 +30,15 @@ type History struct {
 	// may still arrive: a healed partition delivers what it held, and a
 	// NATS client sends what it buffered while reconnecting.
 	Grace time.Duration
+	// Resumes are when paused nodes were resumed: a model request a node
+	// had made ready before its pause goes out then, before the node sees
+	// its lease is gone. No fence stands between a node and an HTTP call.
+	Resumes []time.Time
 }
+
+// resumeGrace is how soon after its resume a paused node's request is
+// taken for one it made ready before the pause.
+const resumeGrace = 2 * time.Second
 
 // Verdict is the checker's finding: the counts it checked and every
 // violation, each in a line that names the session and what broke.
@@ -448,7 +456,12 @@ func checkModels(v *Verdict, h History, llm map[string][]llmRecord) {
 		}
 		for i, c := range calls {
 			for _, r := range c.reqs {
-				if late := r.Time.Sub(recs[i].at); late > 0 {
+				late := r.Time.Sub(recs[i].at)
+				if late > 0 && justResumed(h.Resumes, r.Time) {
+					v.StaleDeliveries++
+					continue
+				}
+				if late > 0 {
 					var all []string
 					for _, q := range c.reqs {
 						all = append(all, q.Time.Format("15:04:05.000")+" "+q.Summary)
@@ -485,6 +498,15 @@ func checkTriggers(v *Verdict, h History) {
 			v.violate("signal %s started %d processes, want 1 (processes: %v)", subject, n, v.triggerProcs[subject])
 		}
 	}
+}
+
+func justResumed(resumes []time.Time, t time.Time) bool {
+	for _, r := range resumes {
+		if !t.Before(r) && t.Sub(r) < resumeGrace {
+			return true
+		}
+	}
+	return false
 }
 
 func boolInt(b bool) int {

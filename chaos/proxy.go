@@ -153,8 +153,13 @@ func (p *Proxy) accept() {
 			_ = down.Close() // the target is down: so is the link
 			continue
 		}
-		p.stats.Accepted.Add(1)
 		p.mu.Lock()
+		if p.closed { // closed while dialing: Close has passed the conns
+			p.mu.Unlock()
+			_, _ = down.Close(), up.Close()
+			return
+		}
+		p.stats.Accepted.Add(1)
 		p.conns[down], p.conns[up] = struct{}{}, struct{}{}
 		p.mu.Unlock()
 		p.pumping.Add(2)

@@ -93,6 +93,15 @@ func Run(t testing.TB, cfg Config) *Report {
 		fc.NodeBinary = BrokenNode(t, cfg.BreakTags)
 	}
 	f := StartFleet(t, fc)
+	// The fleet's directory goes with the test: on a failure its
+	// processes' last lines are logged first.
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range append(f.Servers, f.Nodes...) {
+				t.Logf("chaos: the last lines of %s:\n%s", p.Name, p.Tail(40))
+			}
+		}
+	})
 	nc, err := nats.Connect(f.URLs(), nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +145,12 @@ func Run(t testing.TB, cfg Config) *Report {
 	rep := &Report{Seed: cfg.Seed, Length: cfg.Length}
 
 	stop := make(chan struct{})
+	var stopOnce sync.Once
+	stopAll := func() { stopOnce.Do(func() { close(stop) }) }
 	var wg sync.WaitGroup
+	// A harness failure mid-schedule must not leave the workload running
+	// past the test.
+	t.Cleanup(func() { stopAll(); wg.Wait() })
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
@@ -152,6 +166,8 @@ func Run(t testing.TB, cfg Config) *Report {
 			cancel()
 			select {
 			case <-stop:
+			case <-t.Context().Done():
+				return
 			case <-time.After(500 * time.Millisecond):
 			}
 		}
@@ -160,7 +176,7 @@ func Run(t testing.TB, cfg Config) *Report {
 	start := time.Now()
 	js, _ := jetstream.New(nc)
 	for _, step := range Schedule(cfg.Seed, cfg.Length, cfg.LeaseTTL, len(f.Nodes), len(f.Servers), cfg.Kinds...) {
-		rep.Restarts = append(rep.Restarts, f.supervise(t)...)
+		rep.Restarts = append(rep.Restarts, f.supervise()...)
 		time.Sleep(time.Until(start.Add(step.At)))
 		applied := AppliedStep{Step: step, Start: time.Now()}
 		undo := make([]func(), 0, len(step.Faults))
@@ -180,18 +196,20 @@ func Run(t testing.TB, cfg Config) *Report {
 		rep.Steps = append(rep.Steps, applied)
 	}
 	time.Sleep(time.Until(start.Add(cfg.Length)))
-	close(stop)
+	stopAll()
 	f.Heal()
-	rep.Restarts = append(rep.Restarts, f.supervise(t)...)
+	rep.Restarts = append(rep.Restarts, f.supervise()...)
 	// A node that exits after the faults is started again too.
-	quiet := make(chan struct{})
+	quiet, supervised := make(chan struct{}), make(chan []string)
 	go func() {
+		var restarts []string
 		for {
 			select {
 			case <-quiet:
+				supervised <- restarts
 				return
 			case <-time.After(time.Second):
-				rep.Restarts = append(rep.Restarts, f.supervise(t)...)
+				restarts = append(restarts, f.supervise()...)
 			}
 		}
 	}()
@@ -200,9 +218,18 @@ func Run(t testing.TB, cfg Config) *Report {
 	t.Logf("chaos: the sessions finished %s after the last heal", time.Since(healed).Round(time.Millisecond))
 	waitQuiet(t, w, counter, c)
 	close(quiet)
+	rep.Restarts = append(rep.Restarts, <-supervised...)
 	checking := time.Now()
+	var resumes []time.Time
+	for _, st := range rep.Steps {
+		for _, flt := range st.Faults {
+			if flt.Kind == PauseNode {
+				resumes = append(resumes, st.End)
+			}
+		}
+	}
 	rep.Verdict = Check(t.Context(), History{Client: c, API: nodeapi.NewClient(nc, "lash"), Workload: w,
-		Tools: counter.Executions(), Models: models.Seen(), Grace: graceFor(cfg)})
+		Tools: counter.Executions(), Models: models.Seen(), Grace: graceFor(cfg), Resumes: resumes})
 	t.Logf("chaos: checked in %s", time.Since(checking).Round(time.Millisecond))
 	rep.Figures = figures(rep.Steps, rep.Verdict)
 	rep.Took = time.Since(began)
@@ -224,13 +251,15 @@ func graceFor(cfg Config) time.Duration {
 func waitQuiet(t testing.TB, w *Workload, counter *Counter, c *streams.Client) {
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
-		triggered := 0
+		// Distinct signals: an attempt run again in doubt must not stand
+		// for a signal whose process has not run yet.
+		triggered := map[string]bool{}
 		for _, e := range counter.Executions() {
 			if e.Tag == "trigger" {
-				triggered++
+				triggered[e.Event] = true
 			}
 		}
-		if triggered >= len(w.Triggered()) && allEnded(t.Context(), c) {
+		if len(triggered) >= len(w.Triggered()) && allEnded(t.Context(), c) {
 			return
 		}
 		time.Sleep(250 * time.Millisecond)
@@ -238,14 +267,17 @@ func waitQuiet(t testing.TB, w *Workload, counter *Counter, c *streams.Client) {
 }
 
 // supervise starts again the nodes that exited on their own, as a
-// supervisor would, and says which.
-func (f *Fleet) supervise(t testing.TB) []string {
+// supervisor would, and says which. It may run on any goroutine.
+func (f *Fleet) supervise() []string {
 	var out []string
 	for _, n := range f.Nodes {
 		if n.exited() {
-			out = append(out, fmt.Sprintf("%s exited on its own at %s: %s", n.Name, time.Now().Format(time.TimeOnly), n.Tail(1)))
+			line := fmt.Sprintf("%s exited on its own at %s: %s", n.Name, time.Now().Format(time.TimeOnly), n.Tail(1))
 			n.Kill()
-			n.Start(t)
+			if err := n.start(); err != nil {
+				line += "; " + err.Error()
+			}
+			out = append(out, line)
 		}
 	}
 	return out
