@@ -23,7 +23,7 @@ func TestChaosCatches(t *testing.T) {
 		// One of want is in at least one violation.
 		want []string
 	}{
-		{"replay-off/kill-node", chaos.Config{Kinds: []chaos.FaultKind{chaos.KillNode}, BreakTags: "lash_break_replay", ModelDelay: 500 * time.Millisecond},
+		{"replay-off/kill-node", chaos.Config{Kinds: []chaos.FaultKind{chaos.KillNode}, BreakTags: "lash_break_replay", ModelDelay: time.Second},
 			[]string{"after its outcome was recorded"}},
 		{"client-keys-off/links-and-servers", chaos.Config{Kinds: []chaos.FaultKind{chaos.CutLinks, chaos.KillServer, chaos.PartitionServer, chaos.SlowLinks}, NoInputKeys: true,
 			AckTimeout: 20 * time.Millisecond}, []string{"in the transcript"}},
@@ -31,7 +31,7 @@ func TestChaosCatches(t *testing.T) {
 		// whose clock froze with its VM does: without the fence its
 		// commits land under an old token.
 		{"fence-off/paused-and-cut-off-holders", chaos.Config{Kinds: []chaos.FaultKind{chaos.PauseNode, chaos.PartitionNode, chaos.OneWayNode},
-			BreakTags: "lash_break_fence", ModelDelay: 200 * time.Millisecond},
+			BreakTags: "lash_break_fence", ModelDelay: 500 * time.Millisecond},
 			[]string{"while token", "after token", "committed twice"}},
 	}
 	for _, c := range cases {

@@ -375,7 +375,9 @@ func allEnded(ctx context.Context, c *streams.Client) bool {
 	return true
 }
 
-// slowed adds a delay to every rule of script.
+// slowed adds a delay to the rules that answer after a call: a turn then
+// has a recorded call behind it for as long as its last answer takes, and
+// a node killed meanwhile leaves recorded work for its successor.
 func slowed(script string, d time.Duration) string {
 	if d <= 0 {
 		return script
@@ -383,7 +385,7 @@ func slowed(script string, d time.Duration) string {
 	var b strings.Builder
 	for _, line := range strings.Split(script, "\n") {
 		b.WriteString(line + "\n")
-		if strings.HasPrefix(line, "rule ") || line == "default" {
+		if strings.HasPrefix(line, "rule ") && strings.HasSuffix(line, "-answer") {
 			b.WriteString("  delay " + d.String() + "\n")
 		}
 	}
